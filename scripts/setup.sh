@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian machine with Python 3.11: system packages through apt
+# when missing, then a virtualenv in .venv with the pinned stack. Safe to run any number of times.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)   # only to validate docker-compose.yml
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]} with apt"
+  as_root apt-get update -q
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q "${missing[@]}"
+fi
+
+python=${PYTHON:-}
+if [ -z "$python" ]; then
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+      python=$candidate; break
+    fi
+  done
+fi
+[ -n "$python" ] || { echo "setup: Python 3.11 is required (Paddle 2.6 wheels); set PYTHON=..." >&2; exit 1; }
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=.venv/.streamrec-deps
+want=$(sha256sum pyproject.toml | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "setup: installing Python dependencies into .venv (first run takes a few minutes)"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".[airflow,local,dev]"
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test command: lint, then every test (unit and integration on real services).
+# pytest's "no tests collected" exits 5, which fails this script like any other failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check .
+exec .venv/bin/python -m pytest "$@"

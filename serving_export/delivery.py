@@ -1,0 +1,71 @@
+"""The per-pass delivery steps the DAG and the demo call: evaluate, publish, deliver.
+
+evaluate  train result + serving model's metrics -> GateDecision (stored on the pass)
+publish   raw export -> verified artifact on disk -> registered version
+deliver   switch the serving pointer to that version (one Redis transaction)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from serving_export.artifact import package_export
+from serving_export.errors import NothingServing
+from serving_export.quality_gate import GateDecision, judge
+from serving_export.registry import ModelRegistry
+from streamrec.config import PipelineConfig
+from streamrec.redis_keys import RedisKeys
+
+log = logging.getLogger(__name__)
+
+
+def _redis(cfg: PipelineConfig) -> redis.Redis:
+    return redis.Redis.from_url(cfg.redis.url, decode_responses=True, socket_timeout=30)
+
+
+def registry_for(cfg: PipelineConfig) -> ModelRegistry:
+    """The registry of this pipeline's model."""
+    return ModelRegistry(_redis(cfg), RedisKeys(cfg.name), cfg.model.model)
+
+
+def _record(cfg: PipelineConfig, pass_id: str, field: str, value: Any) -> None:
+    _redis(cfg).hset(RedisKeys(cfg.name).pass_status(pass_id), field, json.dumps(value))
+
+
+def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
+    """Judge the pass's candidate against the gate and the serving model."""
+    try:
+        serving_metrics = registry_for(cfg).serving().get("metrics")
+    except NothingServing:
+        serving_metrics = None
+    decision = judge(train_result, serving_metrics, cfg.gate)
+    _record(cfg, train_result["pass_id"], "gate", decision.to_dict())
+    log.info(
+        "pass %s gate: %s %s",
+        train_result["pass_id"],
+        "PASS" if decision.passed else "REJECT",
+        "; ".join(decision.reasons),
+    )
+    return decision
+
+
+def publish(cfg: PipelineConfig, raw_export: str | Path, decision: GateDecision) -> dict[str, Any]:
+    """Package the raw export as an artifact and register it; its manifest."""
+    manifest = package_export(
+        cfg, Path(raw_export), {"auc": decision.auc, "gate": decision.to_dict()}
+    )
+    registry_for(cfg).register(manifest)
+    return manifest
+
+
+def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
+    """Make ``version`` the serving model."""
+    previous = registry_for(cfg).promote(version)
+    _record(cfg, version, "delivered", {"version": version, "previous": previous})
+    log.info("serving %s (was %s)", version, previous)
+    return {"version": version, "previous": previous}

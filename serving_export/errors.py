@@ -1,0 +1,25 @@
+"""Errors of the serving-export stage.
+
+ServingError (StreamrecError)
+├── ExportInvalid        a raw export or artifact is incomplete or fails its checksums
+├── RegistryConflict     the serving pointer moved while we switched it: re-read and retry
+└── NothingServing       no version is registered as serving yet
+"""
+
+from streamrec.errors import StreamrecError
+
+
+class ServingError(StreamrecError):
+    """Root of the serving-export stage's errors."""
+
+
+class ExportInvalid(ServingError):
+    """A raw export or a packaged artifact breaks its contract."""
+
+
+class RegistryConflict(ServingError):
+    """Another writer switched the serving pointer concurrently."""
+
+
+class NothingServing(ServingError):
+    """The registry has no serving version."""

@@ -1,0 +1,56 @@
+"""The quality gate: may the model trained through a pass replace the serving one?
+
+The candidate's evidence is the pass's progressive-validation metrics (the model before
+the pass, scored on data it had not seen): a conservative estimate of the candidate, which
+has also trained on the pass. It passes when the pass had enough rows, every row was
+evaluated, the AUC is at least ``min_auc`` and not more than ``max_auc_drop`` below the
+serving model's own gate AUC, and the prediction is finite.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from streamrec.config import GateConfig
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """Whether to deliver, and why not."""
+
+    passed: bool
+    auc: float
+    serving_auc: float | None
+    reasons: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def judge(
+    train_result: dict[str, Any], serving_metrics: dict[str, Any] | None, gate: GateConfig
+) -> GateDecision:
+    """Decide on the candidate of one pass from its train result and the serving metrics."""
+    test = train_result.get("test", {})
+    auc = float(test.get("auc", math.nan))
+    serving_auc = (
+        float(serving_metrics["auc"]) if serving_metrics and "auc" in serving_metrics else None
+    )
+    reasons = []
+    if train_result.get("rows", 0) < gate.min_rows:
+        reasons.append(f"rows {train_result.get('rows', 0)} < min_rows {gate.min_rows}")
+    if not train_result.get("count_matches_manifest", False):
+        reasons.append("evaluated row count differs from the pass manifest")
+    if not math.isfinite(auc):
+        reasons.append("AUC is not finite")
+    elif auc < gate.min_auc:
+        reasons.append(f"AUC {auc:.4f} < min_auc {gate.min_auc}")
+    if serving_auc is not None and math.isfinite(auc) and auc < serving_auc - gate.max_auc_drop:
+        reasons.append(
+            f"AUC {auc:.4f} is more than {gate.max_auc_drop} below serving {serving_auc:.4f}"
+        )
+    if not math.isfinite(float(test.get("predicted_ctr", math.nan))):
+        reasons.append("predictions are not finite")
+    return GateDecision(not reasons, auc, serving_auc, reasons)

@@ -1,0 +1,72 @@
+"""The model registry in Redis: versions and the serving pointer.
+
+``promote`` switches the pointer and appends to the history in one transaction (WATCH on
+the pointer), so readers see the old version or the new one and concurrent switches
+cannot interleave. Key names: ``streamrec.redis_keys``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import redis
+
+from serving_export.errors import NothingServing, RegistryConflict
+from streamrec.redis_keys import RedisKeys
+
+
+class ModelRegistry:
+    """Versions of one model and which one serves."""
+
+    def __init__(self, r: redis.Redis, keys: RedisKeys, model: str) -> None:
+        self._r = r
+        self._keys = keys
+        self._model = model
+
+    def register(self, manifest: dict[str, Any]) -> None:
+        """Record a published artifact's manifest under its version."""
+        self._r.hset(
+            self._keys.registry_versions(self._model), manifest["version"], json.dumps(manifest)
+        )
+
+    def versions(self) -> list[str]:
+        return sorted(self._r.hkeys(self._keys.registry_versions(self._model)))
+
+    def manifest(self, version: str) -> dict[str, Any]:
+        raw = self._r.hget(self._keys.registry_versions(self._model), version)
+        if raw is None:
+            raise NothingServing(f"version {version} of {self._model} is not registered")
+        return json.loads(raw)
+
+    def serving_version(self) -> str | None:
+        return self._r.get(self._keys.registry_serving(self._model))
+
+    def serving(self) -> dict[str, Any]:
+        """Manifest of the serving version."""
+        version = self.serving_version()
+        if version is None:
+            raise NothingServing(f"no version of {self._model} is serving yet")
+        return self.manifest(version)
+
+    def promote(self, version: str, retries: int = 5) -> str | None:
+        """Make ``version`` the serving one; return the version it replaced."""
+        self.manifest(version)
+        pointer = self._keys.registry_serving(self._model)
+        for _ in range(retries):
+            with self._r.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(pointer)
+                    previous = pipe.get(pointer)
+                    pipe.multi()
+                    pipe.set(pointer, version)
+                    pipe.lpush(
+                        self._keys.registry_history(self._model),
+                        json.dumps({"version": version, "previous": previous, "ts": time.time()}),
+                    )
+                    pipe.execute()
+                    return previous
+                except redis.WatchError:
+                    continue
+        raise RegistryConflict(f"the serving pointer of {self._model} kept changing; not switched")

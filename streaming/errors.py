@@ -1,0 +1,20 @@
+"""Errors of the streaming stage.
+
+StreamingError (StreamrecError)
+└── MalformedEvent      one event cannot be used: skip it, count it, keep its reason
+"""
+
+from streamrec.errors import StreamrecError
+
+
+class StreamingError(StreamrecError):
+    """Root of the streaming stage's errors."""
+
+
+class MalformedEvent(StreamingError):
+    """An event fails validation; ``reason`` is a short machine-friendly code."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail

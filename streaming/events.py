@@ -1,0 +1,106 @@
+"""The impression event and its validation against the feature schema.
+
+An event is one JSON object per Kafka message::
+
+    {"event_id": "e-42", "event_time": 1767225600000,        # epoch ms, UTC
+     "sparse": {"user_id": "u7", "tags": ["t1", "t9"]},      # slot -> value (list if multi)
+     "dense": {"price": 0.3},                                # name -> finite number
+     "label": 1}                                             # 0 or 1 (clicked)
+
+``parse_event`` turns the message bytes into a flat row (the pass table's columns) or
+raises MalformedEvent with a reason code; it never lets a bad event through.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pyarrow as pa
+
+from streaming.errors import MalformedEvent
+from streamrec.config import SchemaConfig
+
+MAX_EVENT_ID_LENGTH = 128
+MAX_VALUES_PER_SLOT = 256
+
+
+def pass_table_schema(schema: SchemaConfig) -> pa.Schema:
+    """Arrow schema of pass Parquet files: metadata columns, then slots, then dense."""
+    fields = [
+        pa.field("event_id", pa.string(), nullable=False),
+        pa.field("event_time_ms", pa.int64(), nullable=False),
+        pa.field("label", pa.int8(), nullable=False),
+        pa.field("kafka_partition", pa.int32(), nullable=False),
+        pa.field("kafka_offset", pa.int64(), nullable=False),
+    ]
+    fields += [
+        pa.field(s.name, pa.list_(pa.string()) if s.multi else pa.string(), nullable=False)
+        for s in schema.sparse
+    ]
+    fields += [pa.field(d.name, pa.float64(), nullable=False) for d in schema.dense]
+    return pa.schema(fields, metadata={"schema_version": str(schema.version)})
+
+
+def _value(slot: str, v: Any) -> str:
+    if isinstance(v, bool) or not isinstance(v, str | int):
+        raise MalformedEvent("wrong_type", f"sparse.{slot} values must be strings or integers")
+    return str(v)
+
+
+def normalize_event(event: Any, schema: SchemaConfig) -> dict[str, Any]:
+    """Validate a decoded event and return its row; MalformedEvent when it is unusable."""
+    if not isinstance(event, dict):
+        raise MalformedEvent("not_an_object", "the event must be a JSON object")
+    for key in ("event_id", "event_time", "label"):
+        if key not in event:
+            raise MalformedEvent("missing_field", key)
+    event_id, event_time, label = event["event_id"], event["event_time"], event["label"]
+    if not isinstance(event_id, str) or not 0 < len(event_id) <= MAX_EVENT_ID_LENGTH:
+        raise MalformedEvent("wrong_type", f"event_id must be a string of 1-{MAX_EVENT_ID_LENGTH}")
+    if isinstance(event_time, bool) or not isinstance(event_time, int) or event_time <= 0:
+        raise MalformedEvent("wrong_type", "event_time must be positive epoch milliseconds")
+    if label not in (0, 1) or isinstance(label, bool):
+        raise MalformedEvent("wrong_type", "label must be 0 or 1")
+    sparse = event.get("sparse", {})
+    dense = event.get("dense", {})
+    if not isinstance(sparse, dict) or not isinstance(dense, dict):
+        raise MalformedEvent("wrong_type", "sparse and dense must be objects")
+
+    row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time, "label": label}
+    for slot in schema.sparse:
+        v = sparse.get(slot.name)
+        if slot.multi:
+            if v is None:
+                values = [slot.default]
+            elif isinstance(v, list):
+                if len(v) > MAX_VALUES_PER_SLOT:
+                    raise MalformedEvent("too_many_values", f"sparse.{slot.name}")
+                values = [_value(slot.name, x) for x in v] or [slot.default]
+            else:
+                values = [_value(slot.name, v)]
+            row[slot.name] = values
+        else:
+            row[slot.name] = slot.default if v is None else _value(slot.name, v)
+    for feat in schema.dense:
+        v = dense.get(feat.name, feat.default)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise MalformedEvent("wrong_type", f"dense.{feat.name} must be a number")
+        if not math.isfinite(v):
+            raise MalformedEvent("not_finite", f"dense.{feat.name}")
+        row[feat.name] = float(v)
+    return row
+
+
+def parse_event(raw: bytes | None, schema: SchemaConfig, max_bytes: int) -> dict[str, Any]:
+    """Decode and validate one Kafka message value."""
+    if raw is None:
+        raise MalformedEvent("empty", "the message has no value")
+    if len(raw) > max_bytes:
+        raise MalformedEvent("oversized", f"{len(raw)} bytes > {max_bytes}")
+    try:
+        event = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise MalformedEvent("bad_json", str(e)[:200]) from None
+    return normalize_event(event, schema)

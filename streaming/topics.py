@@ -1,0 +1,33 @@
+"""Kafka topic administration and client settings shared by the producer and the builder."""
+
+from __future__ import annotations
+
+import logging
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from streaming.errors import StreamingError
+
+log = logging.getLogger(__name__)
+
+# Tansu (the local broker) and real brokers both need a few seconds for a group join.
+CONSUMER_TIMEOUTS = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000}
+
+
+def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` with ``partitions`` partitions unless it exists."""
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10_000)
+    except KafkaError as e:
+        raise StreamingError(f"cannot reach Kafka at {bootstrap_servers}: {e}") from e
+    try:
+        if topic in admin.list_topics():
+            return
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+        log.info("created topic %s with %d partitions", topic, partitions)
+    except TopicAlreadyExistsError:
+        pass
+    finally:
+        admin.close()

@@ -1,0 +1,73 @@
+"""The one filesystem adapter for commit points: write to a temporary name, fsync, rename.
+
+A reader sees either the old file (or directory) or the new one, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename or create inside ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> Path:
+    """Atomically replace ``path`` with ``data``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return path
+
+
+def write_text_atomic(path: Path, text: str) -> Path:
+    """Atomically replace ``path`` with ``text`` (UTF-8)."""
+    return write_bytes_atomic(path, text.encode())
+
+
+def temp_dir_for(final: Path) -> Path:
+    """A fresh sibling directory of ``final`` to build its content in before ``publish_dir``."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir()
+    return tmp
+
+
+def publish_dir(tmp: Path, final: Path) -> Path:
+    """Fsync every file in ``tmp`` and rename it to ``final`` (which must not exist)."""
+    for root, _dirs, files in os.walk(tmp):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    os.rename(tmp, final)
+    fsync_dir(final.parent)
+    return final
+
+
+def remove_stale_temps(parent: Path) -> int:
+    """Delete leftovers of crashed writers (``.<name>.tmp-*``) under ``parent``; return count."""
+    if not parent.is_dir():
+        return 0
+    stale = [p for p in parent.iterdir() if p.name.startswith(".") and ".tmp-" in p.name]
+    for p in stale:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return len(stale)

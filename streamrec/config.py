@@ -1,0 +1,290 @@
+"""Typed pipeline configuration: one loader, unknown keys fail, errors name the file and key.
+
+A pipeline file (``configs/pipeline.yaml``) holds the Kafka, Redis, pass, path, cluster,
+gate and synthetic-stream settings. Its ``schema`` and ``model`` keys are either inline
+mappings or paths (relative to the pipeline file) to ``configs/schema.yaml`` and a
+PaddleRec-style model file (``runner`` / ``hyper_parameters``). Relative ``paths`` are
+resolved against the pipeline file's directory, so a config means the same thing from any
+working directory. ``dump_config`` writes a self-contained copy (everything inline, paths
+absolute) that subprocesses such as the trainer cluster and Airflow tasks load.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from streamrec.errors import ConfigError
+
+EMBEDDED = "embedded"
+RESERVED_COLUMNS = frozenset(
+    {"event_id", "event_time_ms", "label", "kafka_partition", "kafka_offset"}
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class KafkaConfig(_Strict):
+    bootstrap_servers: str = Field(
+        description="Comma-separated host:port list of the Kafka brokers, or 'embedded' to "
+        "start a local broker on loopback (demo and tests)."
+    )
+    impressions_topic: str = Field("impressions", description="Topic of impression events.")
+    partitions: int = Field(2, ge=1, description="Partitions created for the topic when missing.")
+    consumer_group: str = Field(
+        "streamrec-pass-builder", description="Consumer group of the pass builders."
+    )
+    max_message_bytes: int = Field(
+        1_000_000, ge=1024, description="Events larger than this are rejected as malformed."
+    )
+
+
+class RedisConfig(_Strict):
+    url: str = Field(
+        description="redis:// URL of the control-plane Redis, or 'embedded' to start a local "
+        "redis-server on loopback."
+    )
+
+
+class PassConfig(_Strict):
+    pass_minutes: int = Field(description="Length of one event-time pass window, in minutes.")
+    allowed_lateness_seconds: int = Field(
+        60, ge=0, description="A window closes once the watermark is this far past its end."
+    )
+    idle_partition_seconds: float = Field(
+        10,
+        gt=0,
+        description="A partition with no new events for this long stops holding "
+        "the watermark back (so one quiet partition cannot stall every pass).",
+    )
+    parts_per_pass: int = Field(
+        4, ge=1, description="Parquet parts per pass; each worker reads whole parts."
+    )
+
+    @field_validator("pass_minutes")
+    @classmethod
+    def _divides_a_day(cls, v: int) -> int:
+        if v <= 0 or 1440 % v:
+            raise ValueError("pass_minutes must be a positive divisor of 1440 (e.g. 5, 10, 60)")
+        return v
+
+
+class PathConfig(_Strict):
+    data_root: Path = Field(description="Root of pass directories (<data_root>/passes/...).")
+    checkpoint_root: Path = Field(description="Root of cluster checkpoints.")
+    model_root: Path = Field(description="Root of versioned inference artifacts.")
+    work_root: Path = Field(description="Scratch: raw exports, cluster logs, resolved configs.")
+
+
+class ClusterConfig(_Strict):
+    servers: int = Field(1, ge=1, description="Parameter servers started by fleetrun.")
+    workers: int = Field(2, ge=1, description="Trainer workers started by fleetrun.")
+    use_gpu: bool = Field(False, description="Train on GPU workers (needs paddlepaddle-gpu).")
+    command_timeout_seconds: float = Field(
+        900, gt=0, description="How long a caller waits for the cluster to finish one command."
+    )
+    start_timeout_seconds: float = Field(
+        180, gt=0, description="How long the launcher waits for every worker's first heartbeat."
+    )
+    heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period.")
+
+
+class GateConfig(_Strict):
+    min_auc: float = Field(0.6, ge=0, le=1, description="Lowest progressive AUC delivered.")
+    max_auc_drop: float = Field(
+        0.02, ge=0, description="Largest AUC drop allowed against the serving model's pass."
+    )
+    min_rows: int = Field(100, ge=1, description="Passes with fewer rows are not delivered.")
+
+
+class SyntheticConfig(_Strict):
+    seed: int = Field(7, description="Seed of the generating model and the event stream.")
+    events_per_pass: int = Field(20000, ge=1, description="Impressions generated per pass.")
+    cardinality: dict[str, int] = Field(
+        default_factory=dict,
+        description="Distinct values per sparse slot; slots not named get 1000.",
+    )
+    zipf_a: float = Field(1.2, gt=1, description="Zipf exponent of the slot value ids.")
+    weight_scale: float = Field(0.8, gt=0, description="Std-dev of per-value logit weights.")
+    bias: float = Field(-1.5, description="Logit bias of the generating model.")
+
+
+class SparseSlot(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Slot name, a field of 'sparse'.")
+    multi: bool = Field(False, description="The slot holds a list of values.")
+    default: str = Field("", description="Value used when the event lacks the slot.")
+
+
+class DenseFeature(_Strict):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Feature name, a field of 'dense'.")
+    default: float = Field(0.0, description="Value used when the event lacks the feature.")
+
+
+class SchemaConfig(_Strict):
+    version: int = Field(description="Schema version, written into every pass manifest.")
+    sparse: list[SparseSlot] = Field(min_length=1, description="Sparse slots, in model order.")
+    dense: list[DenseFeature] = Field(default_factory=list, description="Dense float features.")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SchemaConfig:
+        names = [s.name for s in self.sparse] + [d.name for d in self.dense]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"feature names must be unique, repeated: {dupes}")
+        reserved = sorted(set(names) & RESERVED_COLUMNS)
+        if reserved:
+            raise ValueError(f"feature names {reserved} are reserved pass columns; rename them")
+        return self
+
+
+class OptimizerConfig(_Strict):
+    class_: Literal["adam", "adagrad", "sgd"] = Field(alias="class", description="Dense optimizer.")
+    learning_rate: float = Field(gt=0, description="Dense learning rate.")
+
+
+class SparseTableConfig(_Strict):
+    rule: Literal["adagrad", "std_adagrad", "adam", "naive"] = Field(
+        "adagrad", description="Sparse SGD rule on the servers (embed and embedx)."
+    )
+    learning_rate: float = Field(0.05, gt=0, description="Sparse learning rate.")
+    initial_range: float = Field(0.01, gt=0, description="Uniform init range of new embeddings.")
+    embedx_threshold: int = Field(
+        0, ge=0, description="Shows before a key gets its embedx part (0: at once)."
+    )
+    shard_num: int = Field(16, ge=1, description="Shards of the table (files per save).")
+
+
+class HyperParameters(_Strict):
+    sparse_feature_dim: int = Field(
+        9, ge=2, description="Embedding width pulled per key (1 embed_w + embedx_dim)."
+    )
+    fc_sizes: list[int] = Field([64, 32], min_length=1, description="Hidden layer widths.")
+    optimizer: OptimizerConfig
+    sparse_table: SparseTableConfig = SparseTableConfig()
+
+
+class RunnerConfig(_Strict):
+    sync_mode: Literal["async", "sync", "geo"] = Field("async", description="PS update mode.")
+    geo_step: int = Field(100, ge=1, description="Local steps between GEO pushes.")
+    thread_num: int = Field(1, ge=1, description="Reader/trainer threads per worker.")
+    batch_size: int = Field(128, ge=1, description="Mini-batch size per thread.")
+    reader_type: Literal["QueueDataset"] = Field(
+        "QueueDataset", description="Paddle dataset used to read passes."
+    )
+
+
+class ModelConfig(_Strict):
+    model: Literal["ctr_dnn"] = Field(description="Model name, a key of trainers.models.MODELS.")
+    runner: RunnerConfig = RunnerConfig()
+    hyper_parameters: HyperParameters
+
+
+class PipelineConfig(_Strict):
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9_-]*$", description="Pipeline name; Redis keys live under it."
+    )
+    feature_schema: SchemaConfig = Field(alias="schema", description="Feature schema.")
+    model: ModelConfig = Field(description="Model, runner and hyper-parameters.")
+    kafka: KafkaConfig
+    redis: RedisConfig
+    passes: PassConfig
+    paths: PathConfig
+    cluster: ClusterConfig = ClusterConfig()
+    gate: GateConfig = GateConfig()
+    synthetic: SyntheticConfig = SyntheticConfig()
+
+    @property
+    def uses_embedded_services(self) -> bool:
+        return EMBEDDED in (self.kafka.bootstrap_servers, self.redis.url)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: file not found") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _field_help(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The description of the field at ``loc``, for error messages."""
+    current: Any = model
+    info = None
+    for part in loc:
+        if isinstance(part, int) or not (
+            isinstance(current, type) and issubclass(current, BaseModel)
+        ):
+            continue
+        fields = {f.alias or n: f for n, f in current.model_fields.items()}
+        info = fields.get(part)
+        if info is None:
+            return ""
+        ann = info.annotation
+        current = getattr(ann, "__args__", (ann,))[0] if hasattr(ann, "__origin__") else ann
+    return (info.description or "") if info else ""
+
+
+def _explain(path: Path, err: ValidationError) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        help_ = _field_help(PipelineConfig, e["loc"])
+        if e["type"] == "missing":
+            lines.append(f"  missing key '{key}': add it. {help_}".rstrip())
+        elif e["type"] == "extra_forbidden":
+            lines.append(f"  unknown key '{key}': remove it or fix its spelling.")
+        else:
+            lines.append(f"  key '{key}': {e['msg']} (got {e.get('input')!r}). {help_}".rstrip())
+    return "\n".join(lines)
+
+
+def _inline(raw: dict[str, Any], key: str, base: Path) -> None:
+    """Replace a path-valued ``key`` by the YAML mapping it names."""
+    value = raw.get(key)
+    if isinstance(value, str):
+        raw[key] = _read_yaml((base / value).resolve())
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Load and validate a pipeline config; raise ConfigError naming the file and the key."""
+    path = Path(path).resolve()
+    raw = _read_yaml(path)
+    _inline(raw, "schema", path.parent)
+    _inline(raw, "model", path.parent)
+    paths = raw.get("paths")
+    if isinstance(paths, dict):
+        raw["paths"] = {
+            k: str((path.parent / v).resolve()) if isinstance(v, str) else v
+            for k, v in paths.items()
+        }
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_explain(path, e)) from None
+
+
+def with_services(cfg: PipelineConfig, bootstrap_servers: str, redis_url: str) -> PipelineConfig:
+    """A copy of ``cfg`` pointing at concrete Kafka and Redis addresses."""
+    return cfg.model_copy(
+        update={
+            "kafka": cfg.kafka.model_copy(update={"bootstrap_servers": bootstrap_servers}),
+            "redis": cfg.redis.model_copy(update={"url": redis_url}),
+        }
+    )
+
+
+def dump_config(cfg: PipelineConfig, path: str | Path) -> Path:
+    """Write a self-contained copy of ``cfg`` (schema and model inline, absolute paths)."""
+    from streamrec.atomic_fs import write_text_atomic
+
+    data = cfg.model_dump(mode="json", by_alias=True)
+    return write_text_atomic(Path(path), yaml.safe_dump(data, sort_keys=False))

@@ -1,0 +1,142 @@
+"""The pass contract: ids, windows, directories and the manifest.
+
+Grammar::
+
+    pass_id   = YYYYMMDDHHMM             UTC start of the event-time window
+    window    = [start, start + pass_minutes)
+    pass dir  = <data_root>/passes/<YYYYMMDD>/<pass_id>/
+                  part-00000.parquet ...  the rows, split into parts
+                  _manifest.json          PassManifest (MANIFEST_VERSION)
+                  _SUCCESS                empty donefile: the pass is complete
+
+A pass directory is built under a temporary name and renamed into place with ``_SUCCESS``
+already inside, so a pass either exists whole or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamrec.errors import ContractError
+
+MANIFEST_VERSION = 1
+MANIFEST_NAME = "_manifest.json"
+SUCCESS_NAME = "_SUCCESS"
+_ID_FORMAT = "%Y%m%d%H%M"
+
+
+def compose_pass_id(event_time_ms: int, pass_minutes: int) -> str:
+    """The id of the pass whose window holds ``event_time_ms`` (epoch milliseconds, UTC)."""
+    width = pass_minutes * 60_000
+    start = (event_time_ms // width) * width
+    return datetime.fromtimestamp(start / 1000, tz=UTC).strftime(_ID_FORMAT)
+
+
+def parse_pass_id(pass_id: str) -> datetime:
+    """The UTC window start of ``pass_id``; ContractError when it is not YYYYMMDDHHMM."""
+    try:
+        if len(pass_id) != 12:
+            raise ValueError
+        return datetime.strptime(pass_id, _ID_FORMAT).replace(tzinfo=UTC)
+    except ValueError:
+        raise ContractError(f"pass id {pass_id!r} is not YYYYMMDDHHMM") from None
+
+
+def pass_id_at(start: datetime) -> str:
+    """The pass id of a window starting at ``start`` (e.g. an Airflow data interval start)."""
+    return start.astimezone(UTC).strftime(_ID_FORMAT)
+
+
+def window_ms(pass_id: str, pass_minutes: int) -> tuple[int, int]:
+    """``[start, end)`` of the pass window in epoch milliseconds."""
+    start = int(parse_pass_id(pass_id).timestamp() * 1000)
+    return start, start + pass_minutes * 60_000
+
+
+def next_pass_id(pass_id: str, pass_minutes: int) -> str:
+    """The id of the window right after ``pass_id``."""
+    return pass_id_at(parse_pass_id(pass_id) + timedelta(minutes=pass_minutes))
+
+
+def pass_dir(data_root: Path, pass_id: str) -> Path:
+    """Directory of ``pass_id`` under ``data_root``."""
+    parse_pass_id(pass_id)
+    return Path(data_root) / "passes" / pass_id[:8] / pass_id
+
+
+def is_complete(directory: Path) -> bool:
+    """True when the pass directory carries its donefile."""
+    return (directory / SUCCESS_NAME).is_file()
+
+
+class PartInfo(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    file: str = Field(description="File name inside the pass directory.")
+    rows: int
+    sha256: str
+
+
+class PartitionRange(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    first: int = Field(description="Lowest offset of a row in this pass.")
+    last: int = Field(description="Highest offset of a row in this pass.")
+    rows: int
+
+
+class PassManifest(BaseModel):
+    """What a pass holds and where in Kafka its rows came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    manifest_version: int = MANIFEST_VERSION
+    schema_version: int = Field(description="Feature schema version of the rows.")
+    pass_id: str
+    window_start_ms: int
+    window_end_ms: int
+    rows: int
+    positives: int
+    parts: list[PartInfo]
+    offsets: dict[str, dict[str, PartitionRange]] = Field(
+        description="topic -> partition -> offsets of the rows in this pass."
+    )
+    resume_offsets: dict[str, dict[str, int]] = Field(
+        description="topic -> partition -> offset to consume from after this pass: the lowest "
+        "offset still buffered for a later window, else the next unread offset."
+    )
+    consumed_to: dict[str, dict[str, int]] = Field(
+        description="topic -> partition -> next offset not yet read when the pass closed."
+    )
+    malformed: int = Field(0, description="Malformed events skipped while this pass was open.")
+    late: int = Field(0, description="Events for already-closed windows seen meanwhile.")
+    created_at: str
+
+
+def read_manifest(directory: Path) -> PassManifest:
+    """The manifest of a complete pass directory."""
+    if not is_complete(directory):
+        raise ContractError(f"{directory} has no {SUCCESS_NAME}: the pass is not complete")
+    try:
+        return PassManifest.model_validate_json((directory / MANIFEST_NAME).read_text())
+    except (OSError, ValueError) as e:
+        raise ContractError(f"{directory / MANIFEST_NAME}: unreadable manifest: {e}") from e
+
+
+def manifest_json(manifest: PassManifest) -> str:
+    """The manifest as written to disk."""
+    return json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True)
+
+
+def complete_passes(data_root: Path) -> list[str]:
+    """Ids of every complete pass under ``data_root``, oldest first."""
+    root = Path(data_root) / "passes"
+    if not root.is_dir():
+        return []
+    return sorted(
+        d.name for day in root.iterdir() if day.is_dir() for d in day.iterdir() if is_complete(d)
+    )

@@ -1,0 +1,64 @@
+"""Every Redis key streamrec uses, in one place.
+
+All keys of one pipeline live under ``streamrec:<pipeline name>:``::
+
+    commands                       STREAM  cluster commands in order (fields: id, kind, pass_id)
+    command:<command_id>           HASH    kind, pass_id, status (queued|done|failed), result
+                                           (JSON), error, and per worker ack:<rank>, result:<rank>
+    pass:<pass_id>                 HASH    per-pass status: state, rows, metrics (JSON),
+                                           checkpoint, export, gate, delivered_version
+    heartbeat:<role>:<rank>        STRING  JSON {pid, ts, state}, expires after a few periods
+    cursor:<role>:<rank>           STRING  id of the last command this worker finished
+    done:<kind>:<pass_id>          STRING  the command id that completed <kind> for the pass
+    registry:<model>:versions      HASH    version -> artifact MANIFEST.json
+    registry:<model>:serving       STRING  the version serving reads
+    registry:<model>:history       LIST    JSON records of every pointer switch, newest first
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KEY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RedisKeys:
+    """Key names of one pipeline."""
+
+    pipeline: str
+
+    @property
+    def prefix(self) -> str:
+        return f"streamrec:{self.pipeline}"
+
+    @property
+    def commands(self) -> str:
+        return f"{self.prefix}:commands"
+
+    def command(self, command_id: str) -> str:
+        return f"{self.prefix}:command:{command_id}"
+
+    def pass_status(self, pass_id: str) -> str:
+        return f"{self.prefix}:pass:{pass_id}"
+
+    def heartbeat(self, role: str, rank: int) -> str:
+        return f"{self.prefix}:heartbeat:{role}:{rank}"
+
+    def heartbeat_pattern(self, role: str) -> str:
+        return f"{self.prefix}:heartbeat:{role}:*"
+
+    def cursor(self, role: str, rank: int) -> str:
+        return f"{self.prefix}:cursor:{role}:{rank}"
+
+    def done(self, kind: str, pass_id: str) -> str:
+        return f"{self.prefix}:done:{kind}:{pass_id}"
+
+    def registry_versions(self, model: str) -> str:
+        return f"{self.prefix}:registry:{model}:versions"
+
+    def registry_serving(self, model: str) -> str:
+        return f"{self.prefix}:registry:{model}:serving"
+
+    def registry_history(self, model: str) -> str:
+        return f"{self.prefix}:registry:{model}:history"

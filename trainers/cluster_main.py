@@ -1,0 +1,127 @@
+"""Entry point of every cluster process; fleetrun starts it as servers and workers.
+
+    fleetrun --servers ... --workers ... trainers/cluster_main.py --config <resolved.yaml>
+
+Servers build the program, then serve the tables until the workers leave. Workers build
+the same program and loop on the command stream until a ``stop`` command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from streamrec.config import load_config
+from streamrec.logs import setup_logging
+from streamrec.redis_keys import RedisKeys
+from trainers import pass_steps
+from trainers.control_plane import Command, WorkerChannel, connect
+from trainers.devices import executor_place
+from trainers.models import MODELS
+from trainers.pass_steps import WorkerContext
+from trainers.strategy import build_optimizer, build_strategy
+
+log = logging.getLogger("trainers.cluster")
+
+
+def _agree(flag: bool) -> bool:
+    """True on every worker if ``flag`` is true on any worker."""
+    from paddle.distributed import fleet
+
+    return bool(fleet.util.all_reduce(np.array([int(flag)]), "max")[0])
+
+
+def _execute(ctx: WorkerContext, command: Command) -> dict:
+    if command.kind == "train":
+        return pass_steps.train_pass(ctx, command.pass_id)
+    if command.kind == "checkpoint":
+        return pass_steps.checkpoint(ctx, command.pass_id, command.id)
+    if command.kind == "export":
+        return pass_steps.export(ctx, command.pass_id, command.id)
+    return {}
+
+
+def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
+    """Run commands in stream order until ``stop``; every worker runs each one."""
+    from paddle.distributed import fleet
+
+    channel.set_state("idle")
+    while True:
+        command = channel.next_command()
+        if command is None:
+            continue
+        channel.set_state(f"{command.kind} {command.pass_id}".strip())
+        result: dict | None = None
+        error = None
+        if _agree(channel.is_done(command)):
+            result = channel.stored_result(command)
+            log.info(
+                "%s %s already done; acknowledged without running", command.kind, command.pass_id
+            )
+        else:
+            try:
+                result = _execute(ctx, command)
+            except Exception as e:  # reported to the caller through the command hash
+                error = f"{type(e).__name__}: {e}"
+                log.error("command %s failed: %s", command.id, traceback.format_exc())
+            if _agree(error is not None) and error is None:
+                error = "failed on another worker"
+        channel.acknowledge(command, None if error else result)
+        fleet.util.barrier()
+        if ctx.leader:
+            channel.record(command, None if error else result, error)
+        channel.advance(command)
+        channel.set_state("idle")
+        if command.kind == "stop":
+            return
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="A streamrec parameter-server process.")
+    parser.add_argument("--config", required=True, type=Path, help="resolved pipeline YAML")
+    args = parser.parse_args(argv)
+    setup_logging()
+    cfg = load_config(args.config)
+
+    import paddle
+    from paddle.distributed import fleet
+
+    paddle.enable_static()
+    place = executor_place(cfg.cluster.use_gpu)
+    fleet.init(is_collective=False)
+    graph = MODELS[cfg.model.model]().build(cfg.feature_schema, cfg.model.hyper_parameters)
+    optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg.model))
+    optimizer.minimize(graph.loss)
+
+    if fleet.is_server():
+        fleet.init_server()
+        fleet.run_server()
+        return 0
+
+    exe = paddle.static.Executor(place)
+    exe.run(paddle.static.default_startup_program())
+    fleet.init_worker()
+    ctx = WorkerContext(
+        cfg, args.config.resolve(), graph, exe, fleet.worker_index(), fleet.worker_num()
+    )
+    channel = WorkerChannel(
+        connect(cfg.redis.url), RedisKeys(cfg.name), ctx.rank, cfg.cluster.heartbeat_seconds
+    )
+    channel.start_heartbeat()
+    log.info("worker %d/%d ready", ctx.rank, ctx.workers)
+    try:
+        serve_commands(ctx, channel)
+    finally:
+        channel.stop_heartbeat()
+    fleet.stop_worker()
+    log.info("worker %d stopped", ctx.rank)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

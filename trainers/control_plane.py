@@ -1,0 +1,241 @@
+"""The Redis control plane between callers (Airflow tasks, the demo) and the cluster.
+
+Callers append commands to one stream; every worker reads every command in order, runs it
+together with the others, acknowledges it and moves its cursor. A command whose
+``done:<kind>:<pass_id>`` marker exists is acknowledged with the stored result and not run
+again, so a retried task never trains a pass twice. Key names: ``streamrec.redis_keys``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+
+from streamrec.config import PipelineConfig
+from streamrec.redis_keys import RedisKeys
+from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
+
+log = logging.getLogger(__name__)
+
+CommandKind = Literal["train", "checkpoint", "export", "stop"]
+WORKER = "worker"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One cluster command as stored in the stream."""
+
+    id: str
+    kind: CommandKind
+    pass_id: str
+    stream_id: str = ""
+
+    @classmethod
+    def from_fields(cls, stream_id: str, fields: dict[str, str]) -> Command:
+        return cls(fields["id"], fields["kind"], fields.get("pass_id", ""), stream_id)  # type: ignore[arg-type]
+
+
+def connect(url: str) -> redis.Redis:
+    """A Redis client returning str values."""
+    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
+
+
+class ClusterClient:
+    """Submits commands and waits for their results."""
+
+    def __init__(
+        self, r: redis.Redis, keys: RedisKeys, timeout_s: float, heartbeat_s: float
+    ) -> None:
+        self._r = r
+        self._keys = keys
+        self._timeout = timeout_s
+        self._heartbeat = heartbeat_s
+
+    @classmethod
+    def from_config(cls, cfg: PipelineConfig) -> ClusterClient:
+        return cls(
+            connect(cfg.redis.url),
+            RedisKeys(cfg.name),
+            cfg.cluster.command_timeout_seconds,
+            cfg.cluster.heartbeat_seconds,
+        )
+
+    def submit(self, kind: CommandKind, pass_id: str = "") -> str:
+        """Append a command; return its id."""
+        command_id = uuid.uuid4().hex[:12]
+        pipe = self._r.pipeline(transaction=True)
+        pipe.hset(
+            self._keys.command(command_id),
+            mapping={"kind": kind, "pass_id": pass_id, "status": "queued"},
+        )
+        pipe.xadd(self._keys.commands, {"id": command_id, "kind": kind, "pass_id": pass_id})
+        pipe.execute()
+        return command_id
+
+    def live_workers(self) -> list[dict[str, Any]]:
+        """Heartbeats of the workers alive now."""
+        keys = list(self._r.scan_iter(self._keys.heartbeat_pattern(WORKER)))
+        return [json.loads(v) for v in self._r.mget(keys) if v] if keys else []
+
+    def wait(self, command_id: str, timeout_s: float | None = None) -> dict[str, Any]:
+        """Block until the command is done; its result. Raises on failure or timeout."""
+        deadline = time.monotonic() + (timeout_s or self._timeout)
+        no_worker_since: float | None = None
+        while time.monotonic() < deadline:
+            state = self._r.hgetall(self._keys.command(command_id))
+            if state.get("status") == "done":
+                return json.loads(state.get("result") or "{}")
+            if state.get("status") == "failed":
+                raise CommandFailed(
+                    f"command {command_id} ({state.get('kind')} {state.get('pass_id')}) "
+                    f"failed on the cluster: {state.get('error')}"
+                )
+            if self.live_workers():
+                no_worker_since = None
+            else:
+                no_worker_since = no_worker_since or time.monotonic()
+                grace = 5 * self._heartbeat + 10
+                if time.monotonic() - no_worker_since > grace:
+                    raise ClusterUnavailable(
+                        f"no trainer worker has sent a heartbeat for {grace:.0f}s; "
+                        "is the cluster running? (streamrec-cluster --config ...)"
+                    )
+            time.sleep(0.2)
+        raise CommandTimeout(f"command {command_id} did not finish within the timeout")
+
+    def run(
+        self, kind: CommandKind, pass_id: str = "", timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Submit a command and wait for its result."""
+        command_id = self.submit(kind, pass_id)
+        log.info("cluster command %s %s %s submitted", command_id, kind, pass_id)
+        return self.wait(command_id, timeout_s)
+
+    def train(self, pass_id: str) -> dict[str, Any]:
+        """Progressive validation then training on ``pass_id``; the pass metrics."""
+        return self.run("train", pass_id)
+
+    def checkpoint(self, pass_id: str) -> dict[str, Any]:
+        """Save the cluster's tables after ``pass_id``."""
+        return self.run("checkpoint", pass_id)
+
+    def export(self, pass_id: str) -> dict[str, Any]:
+        """Write the raw inference export after ``pass_id``."""
+        return self.run("export", pass_id)
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """Ask every worker to leave its loop."""
+        self.run("stop", timeout_s=timeout_s)
+
+    def worker_results(self, kind: CommandKind, pass_id: str) -> dict[int, dict[str, Any]]:
+        """What each worker computed for the command that completed ``kind`` on the pass."""
+        command_id = self._r.get(self._keys.done(kind, pass_id))
+        if command_id is None:
+            return {}
+        state = self._r.hgetall(self._keys.command(command_id))
+        return {
+            int(k.split(":")[1]): json.loads(v) for k, v in state.items() if k.startswith("result:")
+        }
+
+    def pass_status(self, pass_id: str) -> dict[str, Any]:
+        """The per-pass status hash, JSON fields decoded."""
+        raw = self._r.hgetall(self._keys.pass_status(pass_id))
+        return {k: json.loads(v) for k, v in raw.items()}
+
+
+class WorkerChannel:
+    """A worker's side of the control plane: read commands in order, report, heartbeat."""
+
+    def __init__(self, r: redis.Redis, keys: RedisKeys, rank: int, heartbeat_s: float) -> None:
+        self._r = r
+        self._keys = keys
+        self.rank = rank
+        self._heartbeat_s = heartbeat_s
+        self._state = "starting"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+
+    def start_heartbeat(self) -> None:
+        self._thread.start()
+
+    def set_state(self, state: str) -> None:
+        self._state = state
+
+    def _beat(self) -> None:
+        key = self._keys.heartbeat(WORKER, self.rank)
+        ttl = max(1, int(3 * self._heartbeat_s + 1))
+        while not self._stop.is_set():
+            payload = {
+                "rank": self.rank,
+                "pid": os.getpid(),
+                "state": self._state,
+                "ts": time.time(),
+            }
+            try:
+                self._r.set(key, json.dumps(payload), ex=ttl)
+            except redis.RedisError as e:
+                log.warning("heartbeat failed: %s", e)
+            self._stop.wait(self._heartbeat_s)
+
+    def stop_heartbeat(self) -> None:
+        self._stop.set()
+        self._r.delete(self._keys.heartbeat(WORKER, self.rank))
+
+    def next_command(self, block_ms: int = 1000) -> Command | None:
+        """The command after this worker's cursor, or None when none arrives in time."""
+        cursor = self._r.get(self._keys.cursor(WORKER, self.rank)) or "0-0"
+        reply = self._r.xread({self._keys.commands: cursor}, count=1, block=block_ms)
+        if not reply:
+            return None
+        stream_id, fields = reply[0][1][0]
+        return Command.from_fields(stream_id, fields)
+
+    def is_done(self, command: Command) -> bool:
+        return (
+            command.kind != "stop"
+            and self._r.exists(self._keys.done(command.kind, command.pass_id)) == 1
+        )
+
+    def stored_result(self, command: Command) -> dict[str, Any]:
+        """Result of the earlier command that completed the same kind and pass."""
+        earlier = self._r.get(self._keys.done(command.kind, command.pass_id))
+        raw = self._r.hget(self._keys.command(earlier), "result") if earlier else None
+        return {**json.loads(raw or "{}"), "already_done": True}
+
+    def acknowledge(self, command: Command, result: dict[str, Any] | None) -> None:
+        """Record that this worker finished ``command`` and what it computed."""
+        self._r.hset(
+            self._keys.command(command.id),
+            mapping={
+                f"ack:{self.rank}": str(time.time()),
+                f"result:{self.rank}": json.dumps(result),
+            },
+        )
+
+    def record(self, command: Command, result: dict[str, Any] | None, error: str | None) -> None:
+        """Leader only: the command's outcome, its done marker and the pass status, at once."""
+        pipe = self._r.pipeline(transaction=True)
+        key = self._keys.command(command.id)
+        if error is not None:
+            pipe.hset(key, mapping={"status": "failed", "error": error})
+        else:
+            pipe.hset(key, mapping={"status": "done", "result": json.dumps(result)})
+            if command.kind != "stop" and not (result or {}).get("already_done"):
+                pipe.set(self._keys.done(command.kind, command.pass_id), command.id)
+                pipe.hset(
+                    self._keys.pass_status(command.pass_id),
+                    mapping={command.kind: json.dumps(result)},
+                )
+        pipe.execute()
+
+    def advance(self, command: Command) -> None:
+        """Move this worker's cursor past ``command``."""
+        self._r.set(self._keys.cursor(WORKER, self.rank), command.stream_id)

@@ -1,0 +1,166 @@
+"""Start the long-lived parameter-server cluster on this machine with fleetrun, and stop it.
+
+    streamrec-cluster --config configs/pipeline.yaml      # runs until Ctrl-C
+
+fleetrun gets explicit loopback endpoints (free ports), so a cluster never collides with
+another one, and ``PADDLE_WITH_GLOO=1`` so ``fleet.util`` collectives (metrics, barriers)
+work. fleetrun itself exits 0 even when a worker dies, so the launcher watches worker
+heartbeats in Redis instead of trusting its exit code. On several machines, start
+``trainers/cluster_main.py`` with Paddle's PS environment variables instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from streamrec.config import PipelineConfig, dump_config, load_config
+from streamrec.errors import StreamrecError
+from streamrec.local_services import free_port
+from streamrec.logs import setup_logging
+from trainers import cluster_main
+from trainers.control_plane import ClusterClient
+from trainers.devices import check_device
+from trainers.errors import ClusterUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def _fleetrun() -> str:
+    beside = Path(sys.executable).with_name("fleetrun")
+    found = str(beside) if beside.exists() else shutil.which("fleetrun")
+    if not found:
+        raise ClusterUnavailable(
+            "fleetrun not found: install paddlepaddle==2.6.2 in this environment"
+        )
+    return found
+
+
+class LocalCluster:
+    """A fleetrun cluster of ``cluster.servers`` servers and ``cluster.workers`` workers."""
+
+    def __init__(self, cfg: PipelineConfig, config_path: Path) -> None:
+        self.cfg = cfg
+        self.config_path = Path(config_path).resolve()
+        self.log_dir = Path(cfg.paths.work_root) / "cluster-logs"
+        self.client = ClusterClient.from_config(cfg)
+        self._proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        """Launch servers and workers and wait until every worker sends a heartbeat."""
+        check_device(self.cfg.cluster.use_gpu)
+        c = self.cfg.cluster
+        servers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.servers))
+        workers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.workers))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "PADDLE_WITH_GLOO": "1",
+            "GLOG_minloglevel": "2",
+            "FLAGS_call_stack_level": "2",
+        }
+        cmd = [
+            _fleetrun(),
+            "--servers",
+            servers,
+            "--workers",
+            workers,
+            "--http_port",
+            str(free_port()),
+            "--log_dir",
+            str(self.log_dir),
+            cluster_main.__file__,
+            "--config",
+            str(self.config_path),
+        ]
+        log.info(
+            "starting cluster: %d server(s), %d worker(s), logs in %s",
+            c.servers,
+            c.workers,
+            self.log_dir,
+        )
+        with open(self.log_dir / "fleetrun.log", "ab") as out:
+            self._proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        deadline = time.monotonic() + c.start_timeout_seconds
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise ClusterUnavailable(
+                    f"fleetrun exited with {self._proc.returncode} during start; "
+                    f"see {self.log_dir}/workerlog.* and serverlog.*"
+                )
+            if len(self.client.live_workers()) >= c.workers:
+                log.info("cluster ready: %d workers alive", c.workers)
+                return
+            time.sleep(0.5)
+        self.kill()
+        raise ClusterUnavailable(
+            f"workers did not report within {c.start_timeout_seconds:.0f}s; "
+            f"see {self.log_dir}/workerlog.*"
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout_s: float = 60) -> None:
+        """Stop the workers through the control plane, then wait for fleetrun to exit."""
+        if not self.running:
+            return
+        try:
+            self.client.stop(timeout_s=timeout_s)
+            assert self._proc is not None
+            self._proc.wait(timeout_s)
+        except (StreamrecError, subprocess.TimeoutExpired) as e:
+            log.warning("cluster did not stop cleanly (%s); killing it", e)
+            self.kill()
+
+    def kill(self) -> None:
+        """Kill fleetrun and every process it started."""
+        if self._proc is not None and self._proc.poll() is None:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+
+    def __enter__(self) -> LocalCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the parameter-server cluster until Ctrl-C.")
+    parser.add_argument(
+        "--config", required=True, type=Path, help="pipeline YAML with real addresses"
+    )
+    args = parser.parse_args(argv)
+    setup_logging()
+    try:
+        cfg = load_config(args.config)
+        if cfg.uses_embedded_services:
+            parser.error("the config says 'embedded': give real Kafka/Redis addresses")
+        resolved = dump_config(cfg, Path(cfg.paths.work_root) / "cluster.resolved.yaml")
+        cluster = LocalCluster(cfg, resolved)
+        cluster.start()
+        try:
+            while cluster.running:
+                time.sleep(1)
+        except KeyboardInterrupt:
+            cluster.stop()
+    except StreamrecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

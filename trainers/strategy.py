@@ -1,0 +1,102 @@
+"""Fleet strategy and sparse-table settings from the model config.
+
+Maps ``runner.sync_mode`` onto ``DistributedStrategy`` (async: a_sync; sync: a_sync off;
+geo: a_sync with ``k_steps``) and ``hyper_parameters.sparse_table`` onto
+``strategy.sparse_table_configs`` for the shared table. ``saved_value_layout`` says where the
+embedding lies in a line the servers save, which depends on the sparse SGD rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from streamrec.config import ModelConfig
+from trainers.models import SPARSE_TABLE
+
+SGD_RULES = {
+    "naive": "SparseNaiveSGDRule",
+    "adagrad": "SparseAdaGradSGDRule",
+    "std_adagrad": "StdAdaGradSGDRule",
+    "adam": "SparseAdamSGDRule",
+}
+_PROTO_SECTION = {"naive": "naive", "adagrad": "adagrad", "std_adagrad": "adagrad", "adam": "adam"}
+ACCESSOR = "SparseAccessor"
+# A SparseAccessor line: key slot unseen_days delta_score show click embed_w ...
+_EMBED_W_COLUMN = 6
+
+
+def _rule_state_width(rule: str, dim: int) -> int:
+    """Optimizer state values the server saves after the weights of one embedding part."""
+    return {"naive": 0, "adagrad": 1, "std_adagrad": dim, "adam": 2 * dim + 2}[rule]
+
+
+@dataclass(frozen=True)
+class SavedValueLayout:
+    """Columns of the pulled embedding in a saved sparse line (0 = the key)."""
+
+    embed_w_column: int
+    embedx_w_column: int
+    embedx_dim: int
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def saved_value_layout(model: ModelConfig) -> SavedValueLayout:
+    """Where ``[embed_w, embedx_w...]`` (the value a lookup pulls) sits in a saved line."""
+    table = model.hyper_parameters.sparse_table
+    embedx_dim = model.hyper_parameters.sparse_feature_dim - 1
+    return SavedValueLayout(
+        embed_w_column=_EMBED_W_COLUMN,
+        embedx_w_column=_EMBED_W_COLUMN + 1 + _rule_state_width(table.rule, 1),
+        embedx_dim=embedx_dim,
+    )
+
+
+def sparse_table_configs(model: ModelConfig) -> dict[str, dict[str, Any]]:
+    """``strategy.sparse_table_configs`` for the shared sparse table."""
+    t = model.hyper_parameters.sparse_table
+    prefix = f"table_parameters.{SPARSE_TABLE}"
+    acc = f"{prefix}.accessor"
+    section = _PROTO_SECTION[t.rule]
+    conf: dict[str, Any] = {
+        f"{prefix}.shard_num": t.shard_num,
+        f"{acc}.accessor_class": ACCESSOR,
+        f"{acc}.embedx_threshold": t.embedx_threshold,
+    }
+    for part in ("embed_sgd_param", "embedx_sgd_param"):
+        conf[f"{acc}.{part}.name"] = SGD_RULES[t.rule]
+        conf[f"{acc}.{part}.{section}.learning_rate"] = t.learning_rate
+        conf[f"{acc}.{part}.{section}.initial_range"] = t.initial_range
+    return {SPARSE_TABLE: conf}
+
+
+def build_strategy(model: ModelConfig) -> Any:
+    """The DistributedStrategy for this model's runner and sparse table."""
+    from paddle.distributed import fleet
+
+    runner = model.runner
+    strategy = fleet.DistributedStrategy()
+    if runner.sync_mode == "sync":
+        strategy.a_sync = False
+    elif runner.sync_mode == "async":
+        strategy.a_sync = True
+    else:
+        strategy.a_sync = True
+        strategy.a_sync_configs = {"k_steps": runner.geo_step}
+    strategy.sparse_table_configs = sparse_table_configs(model)
+    return strategy
+
+
+def build_optimizer(model: ModelConfig) -> Any:
+    """The dense optimizer named in the model config."""
+    import paddle
+
+    opt = model.hyper_parameters.optimizer
+    classes = {
+        "adam": paddle.optimizer.Adam,
+        "adagrad": paddle.optimizer.Adagrad,
+        "sgd": paddle.optimizer.SGD,
+    }
+    return classes[opt.class_](learning_rate=opt.learning_rate)
