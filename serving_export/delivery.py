@@ -38,7 +38,11 @@ def _record(cfg: PipelineConfig, pass_id: str, field: str, value: Any) -> None:
 
 
 def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
-    """Judge the pass's candidate against the gate and the serving model."""
+    """Judge the pass's candidate against the gate and the serving model, once per pass:
+    a re-run returns the stored decision instead of judging against a newer serving model."""
+    stored = _redis(cfg).hget(RedisKeys(cfg.name).pass_status(train_result["pass_id"]), "gate")
+    if stored is not None:
+        return GateDecision(**json.loads(stored))
     try:
         serving_metrics = registry_for(cfg).serving().get("metrics")
     except NothingServing:
@@ -64,8 +68,12 @@ def publish(cfg: PipelineConfig, raw_export: str | Path, decision: GateDecision)
 
 
 def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
-    """Make ``version`` the serving model."""
-    previous = registry_for(cfg).promote(version)
-    _record(cfg, version, "delivered", {"version": version, "previous": previous})
-    log.info("serving %s (was %s)", version, previous)
-    return {"version": version, "previous": previous}
+    """Make ``version`` the serving model, unless a newer one already serves."""
+    previous, switched = registry_for(cfg).promote(version)
+    result = {"version": version, "previous": previous, "switched": switched}
+    if switched:
+        _record(cfg, version, "delivered", result)
+        log.info("serving %s (was %s)", version, previous)
+    else:
+        log.info("not switching to %s: %s already serves", version, previous)
+    return result

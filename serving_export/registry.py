@@ -2,7 +2,9 @@
 
 ``promote`` switches the pointer and appends to the history in one transaction (WATCH on
 the pointer), so readers see the old version or the new one and concurrent switches
-cannot interleave. Key names: ``streamrec.redis_keys``.
+cannot interleave. It only moves forward (versions are pass ids, so they sort by time): a
+re-run of an old pass never replaces a newer model; ``rollback`` is the explicit way back.
+Key names: ``streamrec.redis_keys``.
 """
 
 from __future__ import annotations
@@ -50,8 +52,16 @@ class ModelRegistry:
             raise NothingServing(f"no version of {self._model} is serving yet")
         return self.manifest(version)
 
-    def promote(self, version: str, retries: int = 5) -> str | None:
-        """Make ``version`` the serving one; return the version it replaced."""
+    def promote(self, version: str) -> tuple[str | None, bool]:
+        """Make ``version`` serve unless the same or a newer version already does.
+        Returns the version serving before and whether the pointer moved."""
+        return self._switch(version, lambda current: current is None or version > current)
+
+    def rollback(self, version: str) -> tuple[str | None, bool]:
+        """Make an older registered ``version`` serve again."""
+        return self._switch(version, lambda current: current != version)
+
+    def _switch(self, version: str, allowed, retries: int = 50) -> tuple[str | None, bool]:
         self.manifest(version)
         pointer = self._keys.registry_serving(self._model)
         for _ in range(retries):
@@ -59,6 +69,9 @@ class ModelRegistry:
                 try:
                     pipe.watch(pointer)
                     previous = pipe.get(pointer)
+                    if not allowed(previous):
+                        pipe.unwatch()
+                        return previous, False
                     pipe.multi()
                     pipe.set(pointer, version)
                     pipe.lpush(
@@ -66,7 +79,7 @@ class ModelRegistry:
                         json.dumps({"version": version, "previous": previous, "ts": time.time()}),
                     )
                     pipe.execute()
-                    return previous
+                    return previous, True
                 except redis.WatchError:
                     continue
         raise RegistryConflict(f"the serving pointer of {self._model} kept changing; not switched")

@@ -280,18 +280,23 @@ class PassBuilder:
         )
         return manifest
 
-    def _close_ready(self) -> list[PassManifest]:
+    def _close_ready(self, limit: int | None) -> list[PassManifest]:
+        """Write up to ``limit`` complete windows, oldest first; an empty window between
+        two written ones becomes an empty pass, so pass ids have no gaps."""
         watermark = self.watermark_ms()
         minutes = self.cfg.passes.pass_minutes
-        ready = sorted(p for p in self._open if window_ms(p, minutes)[1] <= watermark)
-        written = []
-        for pass_id in ready:
-            if self._closed_through is not None:
-                gap = next_pass_id(self._closed_through, minutes)
-                while gap < pass_id:
-                    written.append(self._close(gap))  # an empty pass keeps the sequence whole
-                    gap = next_pass_id(gap, minutes)
+        newest_ready = max(
+            (p for p in self._open if window_ms(p, minutes)[1] <= watermark), default=None
+        )
+        written: list[PassManifest] = []
+        while newest_ready is not None and (limit is None or len(written) < limit):
+            if self._closed_through is None:
+                pass_id = min(self._open)
+            else:
+                pass_id = next_pass_id(self._closed_through, minutes)
             written.append(self._close(pass_id))
+            if pass_id == newest_ready:
+                break
         return written
 
     def run(
@@ -317,7 +322,7 @@ class PassBuilder:
                     self._ingest(tp.partition, m.offset, m.value)
                 self._consumed_to[tp.partition] = messages[-1].offset + 1
                 self._partition_seen[tp.partition] = now
-            written += self._close_ready()
+            written += self._close_ready(None if max_passes is None else max_passes - len(written))
             if max_passes is not None and len(written) >= max_passes:
                 break
         return written

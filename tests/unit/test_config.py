@@ -1,0 +1,95 @@
+"""Typed config: the shipped files load; mistakes fail at start naming the file and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from streamrec.config import dump_config, load_config
+from streamrec.errors import ConfigError
+
+
+def _write(tmp_path: Path, repo: Path, **changes) -> Path:
+    raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
+    raw["schema"] = str(repo / "configs" / "schema.yaml")
+    raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split("__")
+        node = raw
+        for p in parents:
+            node = node[p]
+        if value is None:
+            del node[leaf]
+        else:
+            node[leaf] = value
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_shipped_configs_load(repo: Path) -> None:
+    cfg = load_config(repo / "configs" / "pipeline.yaml")
+    assert cfg.uses_embedded_services
+    assert cfg.paths.data_root.is_absolute()
+    assert [s.name for s in cfg.feature_schema.sparse][:2] == ["user_id", "item_id"]
+    assert not load_config(repo / "configs" / "pipeline.docker.yaml").uses_embedded_services
+
+
+def test_missing_key_is_named_with_its_meaning(tmp_path: Path, repo: Path) -> None:
+    path = _write(tmp_path, repo, passes__pass_minutes=None)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(path) in str(e.value)
+    assert "missing key 'passes.pass_minutes'" in str(e.value)
+    assert "pass window" in str(e.value)
+
+
+def test_unknown_key_is_named(tmp_path: Path, repo: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown key 'kafka\.bootstrap_server'"):
+        load_config(_write(tmp_path, repo, kafka__bootstrap_server="x:1"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("passes__pass_minutes", 7, "divisor of 1440"),
+        ("cluster__workers", 0, "cluster.workers"),
+        ("name", "Bad Name", "'name'"),
+    ],
+)
+def test_bad_values_fail_with_the_key(
+    tmp_path: Path, repo: Path, key: str, value, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(_write(tmp_path, repo, **{key: value}))
+
+
+def test_bad_sync_mode_lists_the_choices(tmp_path: Path, repo: Path) -> None:
+    raw = yaml.safe_load((repo / "configs" / "models" / "ctr_dnn.yaml").read_text())
+    raw["runner"]["sync_mode"] = "fast"
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(raw))
+    path = _write(tmp_path, repo, model=str(tmp_path / "m.yaml"))
+    with pytest.raises(ConfigError, match=r"model\.runner\.sync_mode.*'async', 'sync' or 'geo'"):
+        load_config(path)
+
+
+def test_reserved_and_duplicate_feature_names_are_rejected(tmp_path: Path, repo: Path) -> None:
+    schema = {"version": 1, "sparse": [{"name": "label"}, {"name": "a"}], "dense": [{"name": "a"}]}
+    with pytest.raises(ConfigError, match="unique"):
+        load_config(_write(tmp_path, repo, schema=schema))
+
+
+def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml")
+    (tmp_path / "bad.yaml").write_text("a: [1, 2")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_dumped_config_is_self_contained(tmp_path: Path, repo: Path) -> None:
+    cfg = load_config(repo / "configs" / "pipeline.yaml")
+    copy = load_config(dump_config(cfg, tmp_path / "elsewhere" / "resolved.yaml"))
+    assert copy == cfg

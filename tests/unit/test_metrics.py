@@ -1,0 +1,90 @@
+"""Metric maths against naive oracles; merging per-worker sums equals one big evaluation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from trainers.metrics import bucket_auc, bucketize, exact_auc, metrics_from_stats
+
+BUCKETS = 4095
+
+
+def _naive_auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+def _sums(p: np.ndarray, y: np.ndarray) -> dict[str, float]:
+    q = np.clip(p, 1e-7, 1 - 1e-7)
+    return {
+        "count": len(p),
+        "clicks": y.sum(),
+        "pred_sum": p.sum(),
+        "logloss_sum": -(y * np.log(q) + (1 - y) * np.log(1 - q)).sum(),
+        "abs_err_sum": np.abs(y - p).sum(),
+        "sq_err_sum": ((y - p) ** 2).sum(),
+    }
+
+
+@pytest.fixture
+def data() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    p = rng.random(600)
+    y = (rng.random(600) < p).astype(np.int64)
+    return p, y
+
+
+def test_exact_auc_equals_the_pairwise_oracle(data) -> None:
+    p, y = data
+    assert exact_auc(p, y) == pytest.approx(_naive_auc(p, y), abs=1e-12)
+    ties = np.round(p, 1)
+    assert exact_auc(ties, y) == pytest.approx(_naive_auc(ties, y), abs=1e-12)
+
+
+def test_bucketed_auc_is_the_auc_of_bucketed_scores(data) -> None:
+    p, y = data
+    pos, neg = bucketize(p, y, BUCKETS)
+    bucketed = np.clip((p * BUCKETS).astype(int), 0, BUCKETS)
+    assert bucket_auc(pos, neg) == pytest.approx(_naive_auc(bucketed, y), abs=1e-9)
+    assert bucket_auc(pos, neg) == pytest.approx(exact_auc(p, y), abs=2e-3)
+
+
+def test_metrics_from_sums_equal_direct_formulas(data) -> None:
+    p, y = data
+    pos, neg = bucketize(p, y, BUCKETS)
+    m = metrics_from_stats(pos, neg, _sums(p, y))
+    q = np.clip(p, 1e-7, 1 - 1e-7)
+    assert m.count == 600
+    assert m.logloss == pytest.approx(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q)), abs=1e-6)
+    assert m.copc == pytest.approx(y.sum() / p.sum(), abs=1e-6)
+    assert m.mae == pytest.approx(np.mean(np.abs(y - p)), abs=1e-6)
+    assert m.rmse == pytest.approx(math.sqrt(np.mean((y - p) ** 2)), abs=1e-6)
+
+
+def test_summing_worker_stats_equals_one_evaluation(data) -> None:
+    p, y = data
+    shards = [(p[i::3], y[i::3]) for i in range(3)]  # three workers
+    pos = sum(bucketize(a, b, BUCKETS)[0] for a, b in shards)
+    neg = sum(bucketize(a, b, BUCKETS)[1] for a, b in shards)
+    sums = {k: sum(_sums(a, b)[k] for a, b in shards) for k in _sums(p, y)}
+    merged = metrics_from_stats(pos, neg, sums)
+    single = metrics_from_stats(*bucketize(p, y, BUCKETS), _sums(p, y))
+    for field, value in single.to_dict().items():
+        assert getattr(merged, field) == pytest.approx(value, abs=1e-9), field
+
+
+def test_degenerate_inputs() -> None:
+    assert exact_auc(np.array([0.2, 0.9]), np.array([1, 1])) == 0.5
+    empty = metrics_from_stats(
+        np.zeros(4),
+        np.zeros(4),
+        {
+            k: 0.0
+            for k in ("count", "clicks", "pred_sum", "logloss_sum", "abs_err_sum", "sq_err_sum")
+        },
+    )
+    assert empty.count == 0 and math.isnan(empty.auc)

@@ -1,0 +1,102 @@
+"""The pipe reader writes Paddle's MultiSlot text and never imports paddle."""
+
+from __future__ import annotations
+
+import io
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from streaming.events import pass_table_schema
+from streaming.feature_signs import feature_sign
+from streaming.pipe_reader import convert, multislot_text, pipe_command, slot_order
+from streamrec.config import PipelineConfig, dump_config
+
+
+def _table(cfg: PipelineConfig) -> pa.Table:
+    rows = [
+        {
+            "event_id": "a",
+            "event_time_ms": 1,
+            "label": 1,
+            "kafka_partition": 0,
+            "kafka_offset": 0,
+            "user_id": "u1",
+            "item_id": "i1",
+            "category": "c",
+            "hour": "h1",
+            "tags": ["t1", "t2"],
+            "price": 0.5,
+            "user_ctr": -1.25,
+        },
+        {
+            "event_id": "b",
+            "event_time_ms": 2,
+            "label": 0,
+            "kafka_partition": 0,
+            "kafka_offset": 1,
+            "user_id": "u2",
+            "item_id": "i2",
+            "category": "",
+            "hour": "h2",
+            "tags": [],
+            "price": 0.0,
+            "user_ctr": 3.0,
+        },
+    ]
+    return pa.Table.from_pylist(rows, schema=pass_table_schema(cfg.feature_schema))
+
+
+def test_text_matches_the_multislot_grammar(shipped_config: PipelineConfig) -> None:
+    text = multislot_text(_table(shipped_config), shipped_config.feature_schema).decode()
+    first, second = text.splitlines()
+    s = feature_sign
+    assert first == (
+        f"1 {s('user_id', 'u1')} 1 {s('item_id', 'i1')} 1 {s('category', 'c')} "
+        f"1 {s('hour', 'h1')} 2 {s('tags', 't1')} {s('tags', 't2')} 2 0.5 -1.25 1 1"
+    )
+    # an empty multi-valued slot is padded with the slot default: MultiSlot forbids empty slots
+    assert f" 1 {s('tags', '')} 2 0 3 1 0" in second
+    assert text.endswith("\n") and text.count("\n") == 2
+    assert slot_order(shipped_config.feature_schema) == [
+        "user_id",
+        "item_id",
+        "category",
+        "hour",
+        "tags",
+        "dense",
+        "label",
+    ]
+
+
+def test_convert_streams_parquet_to_text(shipped_config: PipelineConfig) -> None:
+    buf = io.BytesIO()
+    pq.write_table(_table(shipped_config), buf)
+    out = io.BytesIO()
+    assert convert(io.BytesIO(buf.getvalue()), out, shipped_config.feature_schema) == 2
+    assert out.getvalue() == multislot_text(_table(shipped_config), shipped_config.feature_schema)
+
+
+def test_pipe_command_runs_without_paddle(shipped_config: PipelineConfig, tmp_path: Path) -> None:
+    path = dump_config(shipped_config, tmp_path / "cfg.yaml")
+    pq.write_table(_table(shipped_config), tmp_path / "part.parquet")
+    cmd = f"cat {tmp_path / 'part.parquet'} | {pipe_command(path)}"
+    out = subprocess.run(cmd, shell=True, capture_output=True, check=True)
+    assert out.stdout == multislot_text(_table(shipped_config), shipped_config.feature_schema)
+    probe = f"""
+import io, runpy, sys
+sys.argv = ["pipe_reader", "--config", {str(path)!r}]
+sys.stdin = io.TextIOWrapper(open({str(tmp_path / "part.parquet")!r}, "rb"))
+sys.stdout = io.TextIOWrapper(open("/dev/null", "wb"))
+try:
+    runpy.run_module("streaming.pipe_reader", run_name="__main__")
+except SystemExit as e:
+    assert e.code == 0, e.code
+assert "paddle" not in sys.modules, "the pipe reader imported paddle"
+"""
+    subprocess.run([sys.executable, "-c", probe], check=True)
+    assert shlex.split(pipe_command(path))[:3] == [sys.executable, "-m", "streaming.pipe_reader"]
