@@ -93,3 +93,19 @@ def test_dumped_config_is_self_contained(tmp_path: Path, repo: Path) -> None:
     cfg = load_config(repo / "configs" / "pipeline.yaml")
     copy = load_config(dump_config(cfg, tmp_path / "elsewhere" / "resolved.yaml"))
     assert copy == cfg
+
+
+@pytest.mark.parametrize(
+    "module", ["demo", "streaming.producer", "streaming.pass_builder", "trainers.launcher"]
+)
+def test_clis_fail_at_start_naming_the_key(tmp_path: Path, repo: Path, module: str) -> None:
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, repo, redis=None)
+    args = [sys.executable, "-m", module, "--config", str(path)]
+    if module == "streaming.producer":
+        args.append("--synthetic")
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert "missing key 'redis'" in out.stderr

@@ -1,0 +1,52 @@
+"""Each package declares its public surface, and importing it does no heavy work."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+PACKAGES = ["streamrec", "streaming", "trainers", "serving_export"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_all_names_exist(name: str) -> None:
+    module = importlib.import_module(name)
+    assert module.__all__, f"{name} declares no public names"
+    missing = [n for n in module.__all__ if not hasattr(module, n)]
+    assert not missing, missing
+
+
+def test_importing_packages_does_not_import_paddle_or_airflow() -> None:
+    code = (
+        "import sys, streamrec, streaming, trainers, serving_export;"
+        "heavy = [m for m in ('paddle', 'airflow') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+_PROBE = """
+import importlib, sys
+importlib.import_module({module!r})
+bad = [m for m in sys.modules if m.split(".")[0] in {forbidden!r}]
+assert not bad, bad
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden"),
+    [
+        ("streamrec", ("streaming", "trainers", "serving_export", "dags", "demo")),
+        ("streamrec.local_services", ("streaming", "trainers", "serving_export")),
+        ("streaming", ("trainers", "serving_export", "dags", "demo")),
+        ("trainers", ("serving_export", "dags", "demo")),
+        ("serving_export", ("dags", "demo")),
+    ],
+)
+def test_stage_imports_flow_one_way(module: str, forbidden: tuple[str, ...]) -> None:
+    """A stage imports only earlier stages and the core; the core imports no stage."""
+    code = _PROBE.format(module=module, forbidden=forbidden)
+    subprocess.run([sys.executable, "-c", code], check=True)
