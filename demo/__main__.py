@@ -20,10 +20,13 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import numpy as np
+
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from streaming.pass_builder import PassBuilder
-from streaming.producer import make_producer, send_events, synthetic_passes
+from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
+from streaming.synthetic import SyntheticBatch
 from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, dump_config, load_config, with_services
 from streamrec.errors import StreamrecError
@@ -45,6 +48,13 @@ def _wait_for_pass(cfg: PipelineConfig, pass_id: str, timeout_s: float = 300) ->
         time.sleep(0.2)
 
 
+def _observed_labels(cfg: PipelineConfig, batch: SyntheticBatch) -> np.ndarray:
+    """Labels as the pipeline sees them: clicks inside the label window in click_join mode."""
+    if cfg.join.mode == "click_join":
+        return batch.labels_within(cfg.join.label_window_seconds * 1000)
+    return batch.labels
+
+
 def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
     """Produce, build, train, gate and deliver ``passes`` passes; one row per pass."""
     work = Path(cfg.paths.work_root)
@@ -56,11 +66,12 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
             cfg = with_services(cfg, svc.bootstrap_servers, svc.redis_url)
         resolved = dump_config(cfg, work / "pipeline.resolved.yaml")
 
-        ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
+        for topic in (cfg.kafka.impressions_topic, cfg.join.clicks_topic):
+            ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
         producer = make_producer(cfg.kafka.bootstrap_servers)
         batches = {}
         for pass_id, batch in synthetic_passes(cfg, first_pass, passes):
-            send_events(producer, cfg.kafka.impressions_topic, batch.events)
+            send_messages(producer, messages_for(cfg, batch))
             batches[pass_id] = batch
         producer.close()
         log.info("produced %d events", sum(len(b.events) for b in batches.values()))
@@ -94,7 +105,7 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
                     "pass": pass_id,
                     "rows": trained["rows"],
                     "auc": trained["test"]["auc"],
-                    "best": exact_auc(b.probabilities, b.labels),
+                    "best": exact_auc(b.probabilities, _observed_labels(cfg, b)),
                     "train_auc": trained["train"]["auc"],
                     "logloss": trained["test"]["logloss"],
                     "copc": trained["test"]["copc"],
@@ -110,6 +121,9 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
         print(f"\nserving model {predictor.manifest['version']} scores the next events:")
         for event, p in zip(tail, scores, strict=True):
             print(f"  {event['event_id']:<16} p(click)={p:.4f}  clicked={event['label']}")
+        print(
+            f"\npasses, slices, checkpoints and models are under {Path(cfg.paths.data_root).parent}"
+        )
     return rows
 
 

@@ -7,8 +7,11 @@ An event is one JSON object per Kafka message::
      "dense": {"price": 0.3},                                # name -> finite number
      "label": 1}                                             # 0 or 1 (clicked)
 
-``parse_event`` turns the message bytes into a flat row (the pass table's columns) or
-raises MalformedEvent with a reason code; it never lets a bad event through.
+A click (``click_join`` mode) is ``{"event_id": <the impression's id>, "click_time": ms}``
+on the clicks topic; impressions then need no ``label``.
+
+``parse_event`` / ``parse_click`` turn message bytes into a row or a click, or raise
+MalformedEvent with a reason code; they never let a bad event through.
 """
 
 from __future__ import annotations
@@ -49,18 +52,41 @@ def _value(slot: str, v: Any) -> str:
     return str(v)
 
 
-def normalize_event(event: Any, schema: SchemaConfig) -> dict[str, Any]:
-    """Validate a decoded event and return its row; MalformedEvent when it is unusable."""
-    if not isinstance(event, dict):
-        raise MalformedEvent("not_an_object", "the event must be a JSON object")
-    for key in ("event_id", "event_time", "label"):
-        if key not in event:
-            raise MalformedEvent("missing_field", key)
-    event_id, event_time, label = event["event_id"], event["event_time"], event["label"]
+def _event_id(event: dict[str, Any]) -> str:
+    event_id = event["event_id"]
     if not isinstance(event_id, str) or not 0 < len(event_id) <= MAX_EVENT_ID_LENGTH:
         raise MalformedEvent("wrong_type", f"event_id must be a string of 1-{MAX_EVENT_ID_LENGTH}")
-    if isinstance(event_time, bool) or not isinstance(event_time, int) or event_time <= 0:
-        raise MalformedEvent("wrong_type", "event_time must be positive epoch milliseconds")
+    return event_id
+
+
+def _epoch_ms(event: dict[str, Any], key: str) -> int:
+    value = event[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**62:
+        raise MalformedEvent("wrong_type", f"{key} must be positive epoch milliseconds")
+    return value
+
+
+def _decode(raw: bytes | None, max_bytes: int) -> Any:
+    if raw is None:
+        raise MalformedEvent("empty", "the message has no value")
+    if len(raw) > max_bytes:
+        raise MalformedEvent("oversized", f"{len(raw)} bytes > {max_bytes}")
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise MalformedEvent("bad_json", str(e)[:200]) from None
+
+
+def normalize_event(event: Any, schema: SchemaConfig, require_label: bool = True) -> dict[str, Any]:
+    """Validate a decoded event and return its row; MalformedEvent when it is unusable.
+    Without ``require_label`` (labels come from clicks) a missing label becomes 0."""
+    if not isinstance(event, dict):
+        raise MalformedEvent("not_an_object", "the event must be a JSON object")
+    for key in ("event_id", "event_time", *(("label",) if require_label else ())):
+        if key not in event:
+            raise MalformedEvent("missing_field", key)
+    event_id, event_time = _event_id(event), _epoch_ms(event, "event_time")
+    label = event.get("label", 0)
     if label not in (0, 1) or isinstance(label, bool):
         raise MalformedEvent("wrong_type", "label must be 0 or 1")
     sparse = event.get("sparse", {})
@@ -93,14 +119,19 @@ def normalize_event(event: Any, schema: SchemaConfig) -> dict[str, Any]:
     return row
 
 
-def parse_event(raw: bytes | None, schema: SchemaConfig, max_bytes: int) -> dict[str, Any]:
-    """Decode and validate one Kafka message value."""
-    if raw is None:
-        raise MalformedEvent("empty", "the message has no value")
-    if len(raw) > max_bytes:
-        raise MalformedEvent("oversized", f"{len(raw)} bytes > {max_bytes}")
-    try:
-        event = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise MalformedEvent("bad_json", str(e)[:200]) from None
-    return normalize_event(event, schema)
+def parse_event(
+    raw: bytes | None, schema: SchemaConfig, max_bytes: int, require_label: bool = True
+) -> dict[str, Any]:
+    """Decode and validate one impression message value."""
+    return normalize_event(_decode(raw, max_bytes), schema, require_label)
+
+
+def parse_click(raw: bytes | None, max_bytes: int) -> tuple[str, int]:
+    """Decode and validate one click message value: (impression event_id, click time ms)."""
+    click = _decode(raw, max_bytes)
+    if not isinstance(click, dict):
+        raise MalformedEvent("not_an_object", "the click must be a JSON object")
+    for key in ("event_id", "click_time"):
+        if key not in click:
+            raise MalformedEvent("missing_field", key)
+    return _event_id(click), _epoch_ms(click, "click_time")

@@ -1,160 +1,151 @@
-"""Cut the impression topic into event-time passes, each written once as Parquet + manifest.
+"""Cut the impression (and click) topics into event-time passes, each event in exactly one.
 
-One pass through this stage::
+One pass through this stage, per partition ``p`` this builder owns::
 
-    poll -> parse_event (bad: counted, skipped) -> buffer by window (compose_pass_id)
-         -> watermark = min over partitions of their max event time - allowed lateness
-            (a partition idle for idle_partition_seconds stops holding it back)
-         -> every window ending at or before the watermark is written: parts in a temp dir,
-            _manifest.json, _SUCCESS, rename into place -> then Kafka offsets are committed
+    poll -> parse (bad: to <topic>.dlq with the reason, counted) -> PartitionJoin of p
+         -> watermark(p) = min over p's topics of their newest event time - allowed lateness
+         -> each window W with end(W) [+ label window] <= watermark(p) is cut: p's slice of W
+            (Parquet + _slice.json with p's resume offsets) is published by rename, then p's
+            offsets are committed
+         -> when every partition has its slice of W, the pass directory is assembled
 
-The manifests are the source of truth, not Kafka's committed offsets. Each manifest records
-``consumed_to`` (next unread offset per partition) and ``resume_offsets`` (the lowest offset
-still buffered for a later window). On start the builder seeks to the newest manifest's
-``resume_offsets``; replayed events below ``consumed_to`` whose window is already closed were
-written (or counted late) before, so they are skipped without being counted again. A crash
-at any point therefore leaves each event in exactly one pass.
+Partitions are the unit of ownership, so builders can share topics through a consumer
+group: on assignment a partition resumes from its newest slice's ``resume_offsets``
+(whatever Kafka's committed offsets say), on revocation its state is dropped, and a slice
+that someone else published first (``SliceTaken``) makes the partition resume from that
+one. Impressions and clicks are keyed by ``event_id`` and co-partitioned, and the range
+assignor gives the same partition of both topics to the same builder.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-from kafka import ConsumerRebalanceListener, KafkaConsumer, TopicPartition
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.structs import OffsetAndMetadata
 
-from streaming.errors import MalformedEvent
-from streaming.events import parse_event, pass_table_schema
-from streaming.topics import CONSUMER_TIMEOUTS, ensure_topic
-from streamrec.atomic_fs import publish_dir, remove_stale_temps, temp_dir_for
+from streaming.errors import MalformedEvent, StreamingError
+from streaming.events import parse_click, parse_event, pass_table_schema
+from streaming.join import PartitionJoin
+from streaming.slices import (
+    SliceTaken,
+    assemble_pass,
+    latest_slice,
+    parts_per_slice,
+    slice_pass_ids,
+    write_slice,
+)
+from streaming.topics import CONSUMER_TIMEOUTS, ensure_topic, partition_count
+from streamrec.atomic_fs import remove_stale_temps
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
 from streamrec.errors import StreamrecError
 from streamrec.logs import setup_logging
 from streamrec.passes import (
-    MANIFEST_NAME,
-    SUCCESS_NAME,
-    PartInfo,
+    EventCounts,
     PartitionRange,
     PassManifest,
-    complete_passes,
     compose_pass_id,
-    manifest_json,
+    is_complete,
     next_pass_id,
     pass_dir,
-    read_manifest,
+    slices_root,
     window_ms,
 )
 
 log = logging.getLogger(__name__)
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+IMPRESSIONS, CLICKS = "impressions", "clicks"
+STALE_TEMP_SECONDS = 600
+RESCAN_SECONDS = 2.0
 
 
-def write_pass(
-    cfg: PipelineConfig, pass_id: str, table: pa.Table, manifest_fields: dict[str, Any]
-) -> PassManifest:
-    """Write ``table`` as the pass directory of ``pass_id``, atomically; return its manifest."""
-    final = pass_dir(cfg.paths.data_root, pass_id)
-    tmp = temp_dir_for(final)
-    n_parts = min(cfg.passes.parts_per_pass, table.num_rows)
-    parts = []
-    for i in range(n_parts):
-        a, b = i * table.num_rows // n_parts, (i + 1) * table.num_rows // n_parts
-        name = f"part-{i:05d}.parquet"
-        pq.write_table(table.slice(a, b - a), tmp / name)
-        parts.append(PartInfo(file=name, rows=b - a, sha256=_sha256(tmp / name)))
-    start, end = window_ms(pass_id, cfg.passes.pass_minutes)
-    manifest = PassManifest(
-        schema_version=cfg.feature_schema.version,
-        pass_id=pass_id,
-        window_start_ms=start,
-        window_end_ms=end,
-        rows=table.num_rows,
-        positives=int(pc.sum(table["label"]).as_py() or 0),
-        parts=parts,
-        created_at=datetime.now(UTC).isoformat(),
-        **manifest_fields,
-    )
-    (tmp / MANIFEST_NAME).write_text(manifest_json(manifest))
-    (tmp / SUCCESS_NAME).touch()
-    publish_dir(tmp, final)
-    return manifest
+@dataclass
+class _Partition:
+    """What the builder holds for one owned partition."""
+
+    join: PartitionJoin
+    resume: dict[str, int]  # kind -> where the newest slice says to resume
+    consumed_to: dict[str, int] = field(default_factory=dict)
+    newest_ms: dict[str, int] = field(default_factory=dict)
+    last_seen: dict[str, float] = field(default_factory=dict)
 
 
-def _offset_ranges(table: pa.Table) -> dict[str, PartitionRange]:
-    if table.num_rows == 0:
-        return {}
-    grouped = table.group_by("kafka_partition").aggregate(
-        [("kafka_offset", "min"), ("kafka_offset", "max"), ("kafka_offset", "count")]
-    )
-    return {
-        str(p): PartitionRange(first=lo, last=hi, rows=n)
-        for p, lo, hi, n in zip(
-            grouped["kafka_partition"].to_pylist(),
-            grouped["kafka_offset_min"].to_pylist(),
-            grouped["kafka_offset_max"].to_pylist(),
-            grouped["kafka_offset_count"].to_pylist(),
-            strict=True,
-        )
-    }
-
-
-class _SeekToManifest(ConsumerRebalanceListener):
+class _Rebalance(ConsumerRebalanceListener):
     def __init__(self, builder: PassBuilder) -> None:
         self._builder = builder
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        pass
+        self._builder.release(revoked)
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self._builder.seek_assigned(assigned)
+        self._builder.acquire(assigned)
+
+
+def _ranges(table: pa.Table) -> PartitionRange | None:
+    if table.num_rows == 0:
+        return None
+    offsets = table["kafka_offset"].to_numpy()
+    return PartitionRange(first=int(offsets.min()), last=int(offsets.max()), rows=table.num_rows)
 
 
 class PassBuilder:
-    """Consumes the impressions topic and writes complete passes."""
+    """Consumes the topics and writes slices and complete passes."""
 
     def __init__(
-        self, cfg: PipelineConfig, consumer_factory: Callable[[], KafkaConsumer] | None = None
-    ):
-        if EMBEDDED in (cfg.kafka.bootstrap_servers,):
+        self,
+        cfg: PipelineConfig,
+        consumer_factory: Callable[[], KafkaConsumer] | None = None,
+        dlq_factory: Callable[[], KafkaProducer] | None = None,
+    ) -> None:
+        if cfg.kafka.bootstrap_servers == EMBEDDED:
             raise StreamrecError("kafka.bootstrap_servers is 'embedded': start the services first")
         self.cfg = cfg
-        self._topic = cfg.kafka.impressions_topic
+        self._root = Path(cfg.paths.data_root)
+        self._minutes = cfg.passes.pass_minutes
+        self._click_join = cfg.join.mode == "click_join"
+        self.topics = {IMPRESSIONS: cfg.kafka.impressions_topic}
+        if self._click_join:
+            self.topics[CLICKS] = cfg.join.clicks_topic
+        self._kind = {topic: kind for kind, topic in self.topics.items()}
         self._arrow_schema = pass_table_schema(cfg.feature_schema)
         self._lateness_ms = cfg.passes.allowed_lateness_seconds * 1000
-        self._open: dict[str, list[dict[str, Any]]] = {}
-        self._consumed_to: dict[int, int] = {}
-        self._partition_max: dict[int, int] = {}
-        self._partition_seen: dict[int, float] = {}
-        self.malformed = Counter[str]()
-        self._late = 0
-        self._closed_through: str | None = None
-        self._replay_to: dict[int, int] = {}
-        self._resume: dict[int, int] = {}
-        self._restore_from_disk()
+        self._label_delay_ms = cfg.join.label_window_seconds * 1000 if self._click_join else 0
+        self._owned: dict[int, _Partition] = {}
+        self._known: set[str] = set()
+        self._next_scan = 0.0
+        self.partitions = self._prepare_topics()
+        self._slice_parts = parts_per_slice(cfg.passes.parts_per_pass, self.partitions)
+        for day in slices_root(self._root).glob("*/*"):
+            remove_stale_temps(day, STALE_TEMP_SECONDS)
+        self._dlq = (dlq_factory or self._default_dlq)()
         self._consumer = (consumer_factory or self._default_consumer)()
 
+    # -- Kafka edges ---------------------------------------------------------------------
+
+    def _prepare_topics(self) -> int:
+        servers, n = self.cfg.kafka.bootstrap_servers, self.cfg.kafka.partitions
+        for topic in self.topics.values():
+            ensure_topic(servers, topic, n)
+            ensure_topic(servers, topic + self.cfg.kafka.dlq_suffix, 1)
+        counts = {topic: partition_count(servers, topic) for topic in self.topics.values()}
+        if len(set(counts.values())) != 1:
+            raise StreamingError(
+                f"impressions and clicks must have the same number of partitions to be joined "
+                f"by event_id, found {counts}: recreate the clicks topic to match"
+            )
+        return counts[self.topics[IMPRESSIONS]]
+
     def _default_consumer(self) -> KafkaConsumer:
-        ensure_topic(self.cfg.kafka.bootstrap_servers, self._topic, self.cfg.kafka.partitions)
         consumer = KafkaConsumer(
             bootstrap_servers=self.cfg.kafka.bootstrap_servers,
             group_id=self.cfg.kafka.consumer_group,
@@ -162,186 +153,267 @@ class PassBuilder:
             auto_offset_reset="earliest",
             max_poll_records=5000,
             fetch_max_bytes=16 * 1024 * 1024,
+            partition_assignment_strategy=[RangePartitionAssignor],
             **CONSUMER_TIMEOUTS,
         )
-        consumer.subscribe([self._topic], listener=_SeekToManifest(self))
+        consumer.subscribe(list(self.topics.values()), listener=_Rebalance(self))
         return consumer
 
-    def _restore_from_disk(self) -> None:
-        root = Path(self.cfg.paths.data_root) / "passes"
-        if root.is_dir():
-            for day in root.iterdir():
-                if day.is_dir() and (n := remove_stale_temps(day)):
-                    log.warning("removed %d half-written pass directories under %s", n, day)
-        done = complete_passes(self.cfg.paths.data_root)
-        if not done:
-            return
-        last = read_manifest(pass_dir(self.cfg.paths.data_root, done[-1]))
-        self._closed_through = last.pass_id
-        self._replay_to = {int(p): o for p, o in last.consumed_to.get(self._topic, {}).items()}
-        self._resume = {int(p): o for p, o in last.resume_offsets.get(self._topic, {}).items()}
-        self._consumed_to = dict(self._replay_to)
-        log.info("resuming after pass %s from offsets %s", last.pass_id, self._resume)
+    def _default_dlq(self) -> KafkaProducer:
+        return KafkaProducer(bootstrap_servers=self.cfg.kafka.bootstrap_servers, linger_ms=5)
 
-    def seek_assigned(self, assigned: Any) -> None:
-        """Position newly assigned partitions at the newest manifest's resume offsets."""
+    def _dead_letter(
+        self, topic: str, partition: int, offset: int, raw: bytes | None, error: MalformedEvent
+    ) -> None:
+        source = f"{topic}/{partition}/{offset}"
+        self._dlq.send(
+            topic + self.cfg.kafka.dlq_suffix,
+            key=source.encode(),
+            value=raw or b"",
+            headers=[
+                ("reason", error.reason.encode()),
+                ("detail", error.detail[:500].encode()),
+                ("source", source.encode()),
+            ],
+        )
+
+    # -- ownership -----------------------------------------------------------------------
+
+    def _load(self, partition: int) -> _Partition:
+        newest = latest_slice(self._root, partition, self._minutes)
+        by_kind = {
+            kind: (newest.resume_offsets.get(topic) if newest else None)
+            for kind, topic in self.topics.items()
+        }
+        replay = {
+            kind: newest.consumed_to[topic]
+            for kind, topic in self.topics.items()
+            if newest and topic in newest.consumed_to
+        }
+        join = PartitionJoin(
+            click_join=self._click_join,
+            label_window_ms=self._label_delay_ms,
+            closed_through=newest.pass_id if newest else None,
+            replay_to=replay,
+        )
+        resume = {k: v for k, v in by_kind.items() if v is not None}
         now = time.monotonic()
+        state = _Partition(join=join, resume=resume, last_seen={k: now for k in self.topics})
+        log.info(
+            "partition %d: resuming after %s at %s",
+            partition,
+            newest.pass_id if newest else "nothing",
+            resume or "the beginning",
+        )
+        return state
+
+    def _seek(self, partition: int, state: _Partition, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            kind = self._kind[tp.topic]
+            if kind in state.resume:
+                self._consumer.seek(tp, state.resume[kind])
+            else:  # no slice yet: the manifests, not the group's commits, decide
+                self._consumer.seek_to_beginning(tp)
+
+    def acquire(self, assigned: Any) -> None:
+        """Take over newly assigned partitions: state from their newest slice, then seek."""
         for tp in assigned:
-            self._partition_seen.setdefault(tp.partition, now)
-            if tp.partition in self._resume:
-                self._consumer.seek(tp, self._resume[tp.partition])
+            if tp.partition not in self._owned:
+                self._owned[tp.partition] = self._load(tp.partition)
+            self._seek(tp.partition, self._owned[tp.partition], [tp])
 
-    @property
-    def closed_through(self) -> str | None:
-        """The newest pass written."""
-        return self._closed_through
+    def release(self, revoked: Any) -> None:
+        """Forget revoked partitions; their next owner resumes from their newest slice."""
+        for tp in revoked:
+            self._owned.pop(tp.partition, None)
 
-    def _ingest(self, partition: int, offset: int, value: bytes | None) -> None:
-        replay = offset < self._replay_to.get(partition, -1)
+    def _resync(self, partition: int) -> None:
+        state = self._load(partition)
+        self._owned[partition] = state
+        self._seek(partition, state, [TopicPartition(t, partition) for t in self.topics.values()])
+
+    # -- event time ------------------------------------------------------------------------
+
+    def _ingest(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
+        state = self._owned.get(partition)
+        if state is None:
+            return  # revoked while the batch was in flight
+        kind = self._kind[topic]
+        max_bytes = self.cfg.kafka.max_message_bytes
         try:
-            row = parse_event(value, self.cfg.feature_schema, self.cfg.kafka.max_message_bytes)
+            if kind == IMPRESSIONS:
+                row = parse_event(
+                    value, self.cfg.feature_schema, max_bytes, require_label=not self._click_join
+                )
+                row["kafka_partition"], row["kafka_offset"] = partition, offset
+                state.join.add_impression(compose_pass_id(row["event_time_ms"], self._minutes), row)
+                event_ms = row["event_time_ms"]
+            else:
+                event_id, event_ms = parse_click(value, max_bytes)
+                state.join.add_click(event_id, event_ms, offset)
         except MalformedEvent as e:
-            if not replay:
-                self.malformed[e.reason] += 1
-                log.debug("malformed event at %s/%d@%d: %s", self._topic, partition, offset, e)
+            if state.join.malformed(kind, offset, e.reason):
+                self._dead_letter(topic, partition, offset, value, e)
             return
-        pass_id = compose_pass_id(row["event_time_ms"], self.cfg.passes.pass_minutes)
-        if self._closed_through is not None and pass_id <= self._closed_through:
-            if not replay:
-                self._late += 1
-            return
-        row["kafka_partition"] = partition
-        row["kafka_offset"] = offset
-        self._open.setdefault(pass_id, []).append(row)
-        if row["event_time_ms"] > self._partition_max.get(partition, 0):
-            self._partition_max[partition] = row["event_time_ms"]
+        if event_ms > state.newest_ms.get(kind, 0):
+            state.newest_ms[kind] = event_ms
 
-    def watermark_ms(self, now: float | None = None) -> int:
-        """Event time up to which every window is complete.
+    def watermark_ms(self, partition: int, now: float | None = None) -> int:
+        """Event time up to which partition ``partition`` has seen everything.
 
-        The minimum of the partitions' newest event times, so a partition that is read
-        later than another cannot have its events declared late. A partition without news
-        for ``idle_partition_seconds`` (or never heard from since assignment) is left out
-        once idle; if every partition is idle, the newest event time of all is used."""
+        The minimum over its topics of their newest event time, so the topic read later
+        cannot have its events declared late. A topic without news for
+        ``idle_partition_seconds`` stops holding it back; if all are idle, the newest event
+        time of every owned partition is used, so a quiet partition still closes windows."""
         now = time.monotonic() if now is None else now
+        state = self._owned[partition]
         idle_s = self.cfg.passes.idle_partition_seconds
         active = [
-            self._partition_max.get(p, 0)
-            for p, seen in self._partition_seen.items()
-            if now - seen < idle_s
+            state.newest_ms.get(k, 0) for k in self.topics if now - state.last_seen[k] < idle_s
         ]
-        # min() is 0 while an active partition has sent nothing yet: wait for it.
-        newest = min(active) if active else max(self._partition_max.values(), default=0)
+        if active:
+            newest = min(active)  # 0 while an active topic has sent nothing yet: wait for it
+        else:
+            newest = max((t for s in self._owned.values() for t in s.newest_ms.values()), default=0)
         return newest - self._lateness_ms
 
-    def _resume_offsets(self) -> dict[int, int]:
-        resume = dict(self._consumed_to)
-        for rows in self._open.values():
-            for row in rows:
-                p = row["kafka_partition"]
-                resume[p] = min(resume.get(p, row["kafka_offset"]), row["kafka_offset"])
-        return resume
+    # -- cutting ---------------------------------------------------------------------------
 
-    def _close(self, pass_id: str) -> PassManifest:
-        rows = self._open.pop(pass_id, [])
+    def _rescan(self, force: bool = False) -> None:
+        if force or time.monotonic() >= self._next_scan:
+            self._known |= slice_pass_ids(self._root)
+            self._next_scan = time.monotonic() + RESCAN_SECONDS
+
+    def _cut(self, partition: int, window: str) -> None:
+        state = self._owned[partition]
+        rows = state.join.close(window)
+        counts = state.join.take_counters()
         table = pa.Table.from_pylist(rows, schema=self._arrow_schema)
-        resume = self._resume_offsets()
-        manifest = write_pass(
-            self.cfg,
-            pass_id,
-            table,
-            {
-                "offsets": {self._topic: _offset_ranges(table)},
-                "resume_offsets": {self._topic: {str(p): o for p, o in sorted(resume.items())}},
-                "consumed_to": {
-                    self._topic: {str(p): o for p, o in sorted(self._consumed_to.items())}
+        resume, consumed = {}, {}
+        for kind, topic in self.topics.items():
+            read_to = state.consumed_to.get(kind, state.resume.get(kind, 0))
+            lowest = state.join.lowest_needed(kind)
+            resume[topic] = read_to if lowest is None else min(lowest, read_to)
+            consumed[topic] = read_to
+        rows_range = _ranges(table)
+        self._dlq.flush()  # dead letters counted in this slice are durable before it is
+        try:
+            write_slice(
+                self._root,
+                self.cfg.feature_schema.version,
+                window,
+                partition,
+                table,
+                self._slice_parts,
+                {
+                    "offsets": {self.topics[IMPRESSIONS]: rows_range} if rows_range else {},
+                    "resume_offsets": resume,
+                    "consumed_to": consumed,
+                    "counts": EventCounts(**counts.as_fields()),
                 },
-                "malformed": sum(self.malformed.values()),
-                "late": self._late,
-            },
-        )
+            )
+        except SliceTaken as taken:
+            log.warning("%s; partition %d resumes from it", taken, partition)
+            self._resync(partition)
+            return
+        state.resume = {self._kind[t]: o for t, o in resume.items()}
+        self._known.add(window)
         self._consumer.commit(
             {
-                TopicPartition(self._topic, p): OffsetAndMetadata(o, "", -1)
-                for p, o in resume.items()
+                TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
+                for topic, offset in resume.items()
             }
         )
-        self._closed_through = pass_id
-        self._resume = resume
-        self.malformed.clear()
-        self._late = 0
-        log.info(
-            "pass %s written: %d rows in %d parts (malformed %d, late %d)",
-            pass_id,
-            manifest.rows,
-            len(manifest.parts),
-            manifest.malformed,
-            manifest.late,
-        )
-        return manifest
 
-    def _close_ready(self, limit: int | None) -> list[PassManifest]:
-        """Write up to ``limit`` complete windows, oldest first; an empty window between
-        two written ones becomes an empty pass, so pass ids have no gaps."""
-        watermark = self.watermark_ms()
-        minutes = self.cfg.passes.pass_minutes
-        newest_ready = max(
-            (p for p in self._open if window_ms(p, minutes)[1] <= watermark), default=None
-        )
-        written: list[PassManifest] = []
-        while newest_ready is not None and (limit is None or len(written) < limit):
-            if self._closed_through is None:
-                pass_id = min(self._open)
-            else:
-                pass_id = next_pass_id(self._closed_through, minutes)
-            written.append(self._close(pass_id))
-            if pass_id == newest_ready:
-                break
-        return written
+    def _cut_ready(self, partition: int) -> None:
+        """Cut every window of ``partition`` that is complete, oldest first, with no gaps."""
+        state = self._owned[partition]
+        watermark = self.watermark_ms(partition)
+        state.join.expire_unmatched(watermark)
+        closed = state.join.closed_through
+        candidates = set(state.join.pending) | {
+            p for p in self._known if closed is None or p > closed
+        }
+
+        def complete(window: str) -> bool:
+            return window_ms(window, self._minutes)[1] + self._label_delay_ms <= watermark
+
+        ready = [w for w in candidates if complete(w)]
+        if not ready:
+            return
+        newest = max(ready)
+        window = min(candidates) if closed is None else next_pass_id(closed, self._minutes)
+        while window <= newest and partition in self._owned:
+            self._cut(partition, window)
+            closed = (
+                self._owned[partition].join.closed_through if partition in self._owned else None
+            )
+            if closed is None or closed < window:
+                return  # the partition was resynced from someone else's slice
+            window = next_pass_id(window, self._minutes)
+
+    def _assemble(self) -> list[PassManifest]:
+        done = []
+        for pass_id in sorted(self._known):
+            if is_complete(pass_dir(self._root, pass_id)):
+                continue
+            manifest = assemble_pass(
+                self._root, pass_id, self.partitions, self.cfg.feature_schema.version, self._minutes
+            )
+            if manifest is not None:
+                done.append(manifest)
+        return done
 
     def run(
         self,
-        max_passes: int | None = None,
+        until_pass: str | None = None,
         idle_timeout_s: float | None = None,
         stop: threading.Event | None = None,
     ) -> list[PassManifest]:
-        """Consume and write passes until ``max_passes`` are written, the topic stays idle
-        for ``idle_timeout_s``, or ``stop`` is set. Returns the manifests written."""
-        written: list[PassManifest] = []
+        """Consume and cut until pass ``until_pass`` is complete, nothing arrives for
+        ``idle_timeout_s``, or ``stop`` is set. Returns the passes this builder completed."""
+        completed: list[PassManifest] = []
         last_data = time.monotonic()
         while not (stop and stop.is_set()):
+            if until_pass and is_complete(pass_dir(self._root, until_pass)):
+                break
             records = self._consumer.poll(timeout_ms=500)
             now = time.monotonic()
-            if not records:
-                if idle_timeout_s is not None and now - last_data > idle_timeout_s:
-                    break
-            else:
+            if records:
                 last_data = now
+            elif idle_timeout_s is not None and now - last_data > idle_timeout_s:
+                break
             for tp, messages in records.items():
                 for m in messages:
-                    self._ingest(tp.partition, m.offset, m.value)
-                self._consumed_to[tp.partition] = messages[-1].offset + 1
-                self._partition_seen[tp.partition] = now
-            written += self._close_ready(None if max_passes is None else max_passes - len(written))
-            if max_passes is not None and len(written) >= max_passes:
-                break
-        return written
+                    self._ingest(tp.topic, tp.partition, m.offset, m.value)
+                state = self._owned.get(tp.partition)
+                if state is not None:
+                    kind = self._kind[tp.topic]
+                    state.consumed_to[kind] = messages[-1].offset + 1
+                    state.last_seen[kind] = now
+            self._rescan()
+            for partition in sorted(self._owned):
+                self._cut_ready(partition)
+            completed += self._assemble()
+        return completed
 
     def close(self) -> None:
+        self._dlq.flush()
+        self._dlq.close()
         self._consumer.close()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Cut the impressions topic into passes.")
+    parser = argparse.ArgumentParser(description="Cut the impression/click topics into passes.")
     parser.add_argument("--config", required=True, type=Path, help="pipeline YAML")
-    parser.add_argument("--max-passes", type=int, help="stop after writing this many passes")
+    parser.add_argument("--until-pass", help="stop once this pass id is complete")
     parser.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
     args = parser.parse_args(argv)
     setup_logging()
     try:
         builder = PassBuilder(load_config(args.config))
         try:
-            builder.run(max_passes=args.max_passes, idle_timeout_s=args.idle_timeout)
+            builder.run(until_pass=args.until_pass, idle_timeout_s=args.idle_timeout)
         finally:
             builder.close()
     except StreamrecError as e:

@@ -1,7 +1,13 @@
-"""Push impression events to Kafka: from a JSON-lines file or the synthetic generator.
+"""Push events to Kafka: from a JSON-lines or Criteo-style TSV file, or from the generator.
 
-streamrec-produce --config configs/pipeline.yaml --synthetic --passes 3 --start 202601010000
-streamrec-produce --config configs/pipeline.yaml --file events.jsonl
+    streamrec-produce --config my.yaml --synthetic --passes 3 --start 202601010000 --rate 5000
+    streamrec-produce --config my.yaml --file events.jsonl
+    streamrec-produce --config my.yaml --file day_0.tsv --format criteo
+
+In ``click_join`` mode the generator sends unlabelled impressions to the impressions topic
+and clicks to the clicks topic; otherwise impressions carry their label. A Criteo line is
+``label <tab> 13 integers <tab> 26 categorical``; integers fill the schema's dense features
+and categoricals its sparse slots, in order, and event times are spread evenly over passes.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -19,12 +26,16 @@ from kafka import KafkaProducer
 
 from streaming.synthetic import SyntheticBatch, SyntheticStream
 from streaming.topics import ensure_topic
-from streamrec.config import EMBEDDED, PipelineConfig, load_config
+from streamrec.auc import exact_auc
+from streamrec.config import EMBEDDED, PipelineConfig, SchemaConfig, load_config
 from streamrec.errors import StreamrecError
 from streamrec.logs import setup_logging
 from streamrec.passes import next_pass_id, window_ms
 
 log = logging.getLogger(__name__)
+
+Message = tuple[str, dict[str, Any] | bytes]  # (topic, event dict or raw bytes)
+CRITEO_DENSE, CRITEO_SPARSE = 13, 26
 
 
 def make_producer(bootstrap_servers: str) -> KafkaProducer:
@@ -37,44 +48,108 @@ def send_events(
     topic: str,
     events: Iterable[dict[str, Any] | bytes],
     progress_every: int = 0,
+    rate: float | None = None,
 ) -> int:
-    """Send events (dicts become JSON; bytes go as they are), keyed by event id; flush; count."""
+    """Send events to one topic (see ``send_messages``)."""
+    return send_messages(producer, ((topic, e) for e in events), progress_every, rate)
+
+
+def send_messages(
+    producer: KafkaProducer,
+    messages: Iterable[Message],
+    progress_every: int = 0,
+    rate: float | None = None,
+) -> int:
+    """Send messages keyed by event id (dicts become JSON; bytes go as they are), at most
+    ``rate`` per second, with a progress line every ``progress_every``; flush; count."""
     sent = 0
     start = time.monotonic()
-    for event in events:
+    for topic, event in messages:
         if isinstance(event, bytes):
             producer.send(topic, value=event)
         else:
             key = str(event.get("event_id", "")).encode()
             producer.send(topic, value=json.dumps(event).encode(), key=key)
         sent += 1
+        if rate:
+            ahead = sent / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
         if progress_every and sent % progress_every == 0:
-            rate = sent / max(time.monotonic() - start, 1e-9)
-            print(f"\rproduced {sent} events ({rate:,.0f}/s)", end="", file=sys.stderr, flush=True)
+            speed = sent / max(time.monotonic() - start, 1e-9)
+            print(
+                f"\rproduced {sent:,} events ({speed:,.0f}/s)", end="", file=sys.stderr, flush=True
+            )
     producer.flush()
     if progress_every:
-        print(f"\rproduced {sent} events", file=sys.stderr)
+        print(f"\rproduced {sent:,} events in {time.monotonic() - start:.1f}s", file=sys.stderr)
     return sent
 
 
 def synthetic_passes(
     cfg: PipelineConfig, first_pass_id: str, passes: int
 ) -> Iterator[tuple[str, SyntheticBatch]]:
-    """One synthetic batch per pass window, then a short tail past the last window so the
-    watermark closes it."""
+    """One synthetic batch per pass window (drifting where configured), then a tail past
+    the last window long enough for the watermark (and the label window) to close it."""
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic)
     n = cfg.synthetic.events_per_pass
     pass_id = first_pass_id
-    for _ in range(passes):
+    for index in range(passes):
+        if index in cfg.synthetic.drift_at_pass:
+            stream.drift()
         start, end = window_ms(pass_id, cfg.passes.pass_minutes)
         yield pass_id, stream.batch(start, end, n)
         pass_id = next_pass_id(pass_id, cfg.passes.pass_minutes)
     start, _ = window_ms(pass_id, cfg.passes.pass_minutes)
-    tail_end = start + 2 * (cfg.passes.allowed_lateness_seconds + 1) * 1000
+    label_wait = cfg.join.label_window_seconds if cfg.join.mode == "click_join" else 0
+    tail_end = start + 2 * (cfg.passes.allowed_lateness_seconds + label_wait + 1) * 1000
     yield pass_id, stream.batch(start, tail_end, max(n // 20, 10))
 
 
-def _read_jsonl(path: Path) -> Iterator[bytes]:
+def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
+    """The messages a batch becomes under the configured join mode."""
+    if cfg.join.mode == "label_in_impression":
+        return [(cfg.kafka.impressions_topic, e) for e in batch.events]
+    unlabelled = [{k: v for k, v in e.items() if k != "label"} for e in batch.events]
+    return [(cfg.kafka.impressions_topic, e) for e in unlabelled] + [
+        (cfg.join.clicks_topic, c) for c in batch.clicks()
+    ]
+
+
+def criteo_events(
+    lines: Iterable[str], schema: SchemaConfig, start_ms: int, spacing_ms: float
+) -> Iterator[dict[str, Any] | bytes]:
+    """Events from Criteo TSV lines; a line that does not parse is passed on as raw bytes,
+    so the builder dead-letters it with a reason instead of the producer dropping it."""
+    for i, line in enumerate(lines):
+        cols = line.rstrip("\n").split("\t")
+        if len(cols) != 1 + CRITEO_DENSE + CRITEO_SPARSE or cols[0] not in ("0", "1"):
+            yield line.encode()
+            continue
+        ints, cats = cols[1 : 1 + CRITEO_DENSE], cols[1 + CRITEO_DENSE :]
+        try:
+            dense = {
+                d.name: math.log1p(max(float(v), 0.0)) if v else d.default
+                for d, v in zip(schema.dense, ints, strict=False)
+            }
+        except ValueError:
+            yield line.encode()
+            continue
+        yield {
+            "event_id": f"criteo-{i}",
+            "event_time": int(start_ms + i * spacing_ms),
+            "sparse": {s.name: v for s, v in zip(schema.sparse, cats, strict=False) if v},
+            "dense": dense,
+            "label": int(cols[0]),
+        }
+
+
+def _text_lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        yield from f
+
+
+def _jsonl(path: Path) -> Iterator[bytes]:
     with open(path, "rb") as f:
         for line in f:
             if line.strip():
@@ -87,31 +162,60 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", required=True, type=Path, help="pipeline YAML")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--file", type=Path, help="JSON-lines file, one event per line")
+    source.add_argument("--file", type=Path, help="events file (JSON lines or Criteo TSV)")
     source.add_argument("--synthetic", action="store_true", help="generate events")
-    parser.add_argument("--passes", type=int, default=3, help="synthetic: pass windows to fill")
-    parser.add_argument("--start", default="202601010000", help="synthetic: first pass id")
+    parser.add_argument(
+        "--format", choices=["jsonl", "criteo"], default="jsonl", help="--file format"
+    )
+    parser.add_argument("--passes", type=int, default=3, help="pass windows to fill")
+    parser.add_argument("--start", default="202601010000", help="pass id of the first window")
+    parser.add_argument("--rate", type=float, help="events per second at most")
     args = parser.parse_args(argv)
     setup_logging()
     try:
         cfg = load_config(args.config)
         if cfg.kafka.bootstrap_servers == EMBEDDED:
             parser.error("kafka.bootstrap_servers is 'embedded': give a real broker address")
-        ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
-        producer = make_producer(cfg.kafka.bootstrap_servers)
-        if args.file:
-            events: Iterable[dict[str, Any] | bytes] = _read_jsonl(args.file)
-        else:
-            events = (
-                e for _, b in synthetic_passes(cfg, args.start, args.passes) for e in b.events
+        servers = cfg.kafka.bootstrap_servers
+        ensure_topic(servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
+        if cfg.join.mode == "click_join":
+            ensure_topic(servers, cfg.join.clicks_topic, cfg.kafka.partitions)
+        producer = make_producer(servers)
+        topic = cfg.kafka.impressions_topic
+        messages: Iterable[Message]
+        if args.file and args.format == "jsonl":
+            messages = ((topic, raw) for raw in _jsonl(args.file))
+        elif args.file:
+            start, _ = window_ms(args.start, cfg.passes.pass_minutes)
+            spacing = cfg.passes.pass_minutes * 60_000 / cfg.synthetic.events_per_pass
+            lines = _text_lines(args.file)
+            messages = (
+                (topic, e) for e in criteo_events(lines, cfg.feature_schema, start, spacing)
             )
-        sent = send_events(producer, cfg.kafka.impressions_topic, events, progress_every=5000)
+        else:
+            messages = _synthetic_messages(cfg, args.start, args.passes)
+        sent = send_messages(producer, messages, progress_every=5000, rate=args.rate)
         producer.close()
     except StreamrecError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    log.info("sent %d events to %s", sent, cfg.kafka.impressions_topic)
+    log.info("sent %d messages", sent)
     return 0
+
+
+def _synthetic_messages(cfg: PipelineConfig, start: str, passes: int) -> Iterator[Message]:
+    for pass_id, batch in synthetic_passes(cfg, start, passes):
+        labels = (
+            batch.labels_within(cfg.join.label_window_seconds * 1000)
+            if cfg.join.mode == "click_join"
+            else batch.labels
+        )
+        print(
+            f"pass {pass_id}: {len(batch.events)} impressions, best reachable AUC "
+            f"{exact_auc(batch.probabilities, labels):.4f}",
+            file=sys.stderr,
+        )
+        yield from messages_for(cfg, batch)
 
 
 if __name__ == "__main__":

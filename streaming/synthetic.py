@@ -5,7 +5,9 @@
 
 Value ids follow a Zipf law (a heavy head and a long tail), as real ids do. Because the
 generating probabilities are known, the best AUC any model can reach on a batch is the AUC
-of those probabilities, returned next to the events.
+of those probabilities, returned next to the events. A clicked impression also gets a click
+``click_delay_seconds`` (exponential) after it, for the click-join mode; ``drift`` redraws
+part of the weights, so a model trained before it must re-learn.
 """
 
 from __future__ import annotations
@@ -26,9 +28,23 @@ MAX_MULTI_VALUES = 3
 class SyntheticBatch:
     """Events of one time range with the generating click probability of each."""
 
-    events: list[dict[str, Any]]
+    events: list[dict[str, Any]]  # impressions; "label" is whether it was clicked at all
     probabilities: np.ndarray
     labels: np.ndarray
+    click_times: np.ndarray  # epoch ms of the click, -1 when not clicked
+
+    def clicks(self) -> list[dict[str, Any]]:
+        """Click events for the clicked impressions."""
+        return [
+            {"event_id": e["event_id"], "click_time": int(t)}
+            for e, t in zip(self.events, self.click_times, strict=True)
+            if t >= 0
+        ]
+
+    def labels_within(self, window_ms: int) -> np.ndarray:
+        """Labels as a click join with ``window_ms`` sees them (late clicks are 0)."""
+        times = np.array([e["event_time"] for e in self.events])
+        return ((self.click_times >= 0) & (self.click_times - times <= window_ms)).astype(np.int8)
 
 
 class SyntheticStream:
@@ -45,8 +61,18 @@ class SyntheticStream:
             name: model_rng.normal(0.0, cfg.weight_scale, card) for name, card in self._card.items()
         }
         self._dense_weights = model_rng.normal(0.0, 0.5, len(schema.dense))
+        self._model_rng = model_rng
         self._rng = np.random.default_rng(cfg.seed + 1)
         self._emitted = 0
+
+    def drift(self) -> None:
+        """Redraw ``drift_fraction`` of every slot's weights and of the dense weights."""
+        rng, share = self._model_rng, self._cfg.drift_fraction
+        for weights in self._weights.values():
+            redraw = rng.random(len(weights)) < share
+            weights[redraw] = rng.normal(0.0, self._cfg.weight_scale, int(redraw.sum()))
+        redraw = rng.random(len(self._dense_weights)) < share
+        self._dense_weights[redraw] = rng.normal(0.0, 0.5, int(redraw.sum()))
 
     def _ids(self, slot: str, n: int) -> np.ndarray:
         # Zipf ranks shuffled onto ids, so popular ids are not simply the small ones.
@@ -78,6 +104,8 @@ class SyntheticStream:
         logit += dense @ self._dense_weights
         probs = 1.0 / (1.0 + np.exp(-logit))
         labels = (rng.random(n) < probs).astype(np.int8)
+        delays = rng.exponential(self._cfg.click_delay_seconds * 1000, n).astype(np.int64)
+        click_times = np.where(labels == 1, times + delays, -1)
         events = [
             {
                 "event_id": f"imp-{self._cfg.seed}-{self._emitted + i}",
@@ -91,4 +119,4 @@ class SyntheticStream:
             for i in range(n)
         ]
         self._emitted += n
-        return SyntheticBatch(events, probs, labels)
+        return SyntheticBatch(events, probs, labels, click_times)

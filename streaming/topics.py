@@ -31,3 +31,15 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
         pass
     finally:
         admin.close()
+
+
+def partition_count(bootstrap_servers: str, topic: str) -> int:
+    """Number of partitions of ``topic``."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10_000)
+    try:
+        (description,) = admin.describe_topics([topic])
+    except KafkaError as e:
+        raise StreamingError(f"cannot describe topic {topic}: {e}") from e
+    finally:
+        admin.close()
+    return len(description["partitions"])

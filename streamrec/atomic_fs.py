@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from pathlib import Path
 
@@ -60,11 +61,17 @@ def publish_dir(tmp: Path, final: Path) -> Path:
     return final
 
 
-def remove_stale_temps(parent: Path) -> int:
-    """Delete leftovers of crashed writers (``.<name>.tmp-*``) under ``parent``; return count."""
+def remove_stale_temps(parent: Path, older_than_s: float = 0) -> int:
+    """Delete leftovers of crashed writers (``.<name>.tmp-*``) directly under ``parent`` that
+    are older than ``older_than_s`` (another live writer may own a newer one); return count."""
     if not parent.is_dir():
         return 0
-    stale = [p for p in parent.iterdir() if p.name.startswith(".") and ".tmp-" in p.name]
+    cutoff = time.time() - older_than_s
+    stale = [
+        p
+        for p in parent.iterdir()
+        if p.name.startswith(".") and ".tmp-" in p.name and p.lstat().st_mtime <= cutoff
+    ]
     for p in stale:
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)

@@ -42,6 +42,21 @@ class KafkaConfig(_Strict):
     max_message_bytes: int = Field(
         1_000_000, ge=1024, description="Events larger than this are rejected as malformed."
     )
+    dlq_suffix: str = Field(
+        ".dlq", description="Malformed events of topic T go to T + dlq_suffix, with the reason."
+    )
+
+
+class JoinConfig(_Strict):
+    mode: Literal["label_in_impression", "click_join"] = Field(
+        "label_in_impression",
+        description="Where labels come from: the impression's own 'label', or clicks joined "
+        "from clicks_topic by event_id within label_window_seconds.",
+    )
+    clicks_topic: str = Field("clicks", description="Topic of click events (click_join mode).")
+    label_window_seconds: int = Field(
+        600, ge=1, description="A click counts if it comes this soon after its impression."
+    )
 
 
 class RedisConfig(_Strict):
@@ -110,6 +125,16 @@ class SyntheticConfig(_Strict):
         description="Distinct values per sparse slot; slots not named get 1000.",
     )
     zipf_a: float = Field(1.2, gt=1, description="Zipf exponent of the slot value ids.")
+    click_delay_seconds: float = Field(
+        60, gt=0, description="Mean delay of a click after its impression (exponential)."
+    )
+    drift_at_pass: list[int] = Field(
+        default_factory=list,
+        description="Pass indexes (0 = first) at which the generating weights are redrawn.",
+    )
+    drift_fraction: float = Field(
+        0.5, gt=0, le=1, description="Share of each slot's weights redrawn at a drift."
+    )
     weight_scale: float = Field(0.8, gt=0, description="Std-dev of per-value logit weights.")
     bias: float = Field(-1.5, description="Logit bias of the generating model.")
 
@@ -173,8 +198,10 @@ class RunnerConfig(_Strict):
     geo_step: int = Field(100, ge=1, description="Local steps between GEO pushes.")
     thread_num: int = Field(1, ge=1, description="Reader/trainer threads per worker.")
     batch_size: int = Field(128, ge=1, description="Mini-batch size per thread.")
-    reader_type: Literal["QueueDataset"] = Field(
-        "QueueDataset", description="Paddle dataset used to read passes."
+    reader_type: Literal["QueueDataset", "InMemoryDataset"] = Field(
+        "QueueDataset",
+        description="QueueDataset streams each pass through the pipe reader; InMemoryDataset "
+        "loads it into memory and shuffles it globally across workers first.",
     )
 
 
@@ -191,6 +218,7 @@ class PipelineConfig(_Strict):
     feature_schema: SchemaConfig = Field(alias="schema", description="Feature schema.")
     model: ModelConfig = Field(description="Model, runner and hyper-parameters.")
     kafka: KafkaConfig
+    join: JoinConfig = JoinConfig()
     redis: RedisConfig
     passes: PassConfig
     paths: PathConfig

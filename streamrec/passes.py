@@ -9,8 +9,17 @@ Grammar::
                   _manifest.json          PassManifest (MANIFEST_VERSION)
                   _SUCCESS                empty donefile: the pass is complete
 
-A pass directory is built under a temporary name and renamed into place with ``_SUCCESS``
-already inside, so a pass either exists whole or not at all.
+    slice dir = <data_root>/slices/<YYYYMMDD>/<pass_id>/p<partition>/
+                  part-00000.parquet ...  the rows of one partition of the window
+                  _slice.json             SliceManifest: offsets and resume point of that partition
+                  _SUCCESS
+    latest    = <data_root>/slices/_latest/p<partition>.json   {"pass_id": newest slice}
+
+Each partition of the impressions topic writes its own slice of every window; when every
+partition's slice exists, the pass directory is assembled from hard links to the slice
+parts. Slices and passes are built under a temporary name and renamed into place with
+``_SUCCESS`` already inside, so each exists whole or not at all, and a second writer's
+rename fails instead of replacing the first.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from streamrec.errors import ContractError
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
+SLICE_MANIFEST_NAME = "_slice.json"
 _ID_FORMAT = "%Y%m%d%H%M"
 
 
@@ -68,6 +78,22 @@ def pass_dir(data_root: Path, pass_id: str) -> Path:
     return Path(data_root) / "passes" / pass_id[:8] / pass_id
 
 
+def slices_root(data_root: Path) -> Path:
+    """Root of every partition's slices."""
+    return Path(data_root) / "slices"
+
+
+def slice_dir(data_root: Path, pass_id: str, partition: int) -> Path:
+    """Directory of partition ``partition``'s slice of ``pass_id``."""
+    parse_pass_id(pass_id)
+    return slices_root(data_root) / pass_id[:8] / pass_id / f"p{partition}"
+
+
+def latest_slice_index(data_root: Path, partition: int) -> Path:
+    """File naming the newest slice of ``partition`` (a hint; slices are the truth)."""
+    return slices_root(data_root) / "_latest" / f"p{partition}.json"
+
+
 def is_complete(directory: Path) -> bool:
     """True when the pass directory carries its donefile."""
     return (directory / SUCCESS_NAME).is_file()
@@ -89,8 +115,54 @@ class PartitionRange(BaseModel):
     rows: int
 
 
+class EventCounts(BaseModel):
+    """Events not in the rows, counted while a slice or pass was open."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    malformed: dict[str, int] = Field(
+        default_factory=dict, description="reason -> events sent to the dead-letter topic."
+    )
+    late: int = Field(0, description="Impressions for windows already closed.")
+    late_clicks: int = Field(
+        0, description="Clicks later than label_window after their impression."
+    )
+    duplicate_clicks: int = Field(
+        0, description="Repeated clicks on an already-clicked impression."
+    )
+    unmatched_clicks: int = Field(0, description="Clicks whose impression was not pending.")
+
+    @property
+    def malformed_total(self) -> int:
+        return sum(self.malformed.values())
+
+
+class SliceManifest(BaseModel):
+    """One partition's share of a window, and where that partition resumes after it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    manifest_version: int = MANIFEST_VERSION
+    schema_version: int
+    pass_id: str
+    partition: int
+    rows: int
+    positives: int
+    parts: list[PartInfo]
+    offsets: dict[str, PartitionRange] = Field(description="topic -> offsets of the rows.")
+    resume_offsets: dict[str, int] = Field(
+        description="topic -> offset to consume from after this slice: the lowest offset still "
+        "held for a later window, else the next unread offset."
+    )
+    consumed_to: dict[str, int] = Field(
+        description="topic -> next offset not yet read when the slice was cut."
+    )
+    counts: EventCounts
+    created_at: str
+
+
 class PassManifest(BaseModel):
-    """What a pass holds and where in Kafka its rows came from."""
+    """What a pass holds and where in Kafka its rows came from (all partitions)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -99,6 +171,7 @@ class PassManifest(BaseModel):
     pass_id: str
     window_start_ms: int
     window_end_ms: int
+    partitions: int = Field(description="Partitions of the impressions topic, one slice each.")
     rows: int
     positives: int
     parts: list[PartInfo]
@@ -106,14 +179,12 @@ class PassManifest(BaseModel):
         description="topic -> partition -> offsets of the rows in this pass."
     )
     resume_offsets: dict[str, dict[str, int]] = Field(
-        description="topic -> partition -> offset to consume from after this pass: the lowest "
-        "offset still buffered for a later window, else the next unread offset."
+        description="topic -> partition -> where each partition resumes after its slice."
     )
     consumed_to: dict[str, dict[str, int]] = Field(
-        description="topic -> partition -> next offset not yet read when the pass closed."
+        description="topic -> partition -> next offset not yet read when its slice was cut."
     )
-    malformed: int = Field(0, description="Malformed events skipped while this pass was open.")
-    late: int = Field(0, description="Events for already-closed windows seen meanwhile.")
+    counts: EventCounts
     created_at: str
 
 
@@ -127,7 +198,17 @@ def read_manifest(directory: Path) -> PassManifest:
         raise ContractError(f"{directory / MANIFEST_NAME}: unreadable manifest: {e}") from e
 
 
-def manifest_json(manifest: PassManifest) -> str:
+def read_slice(directory: Path) -> SliceManifest:
+    """The manifest of a complete slice directory."""
+    if not is_complete(directory):
+        raise ContractError(f"{directory} has no {SUCCESS_NAME}: the slice is not complete")
+    try:
+        return SliceManifest.model_validate_json((directory / SLICE_MANIFEST_NAME).read_text())
+    except (OSError, ValueError) as e:
+        raise ContractError(f"{directory / SLICE_MANIFEST_NAME}: unreadable manifest: {e}") from e
+
+
+def manifest_json(manifest: BaseModel) -> str:
     """The manifest as written to disk."""
     return json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True)
 

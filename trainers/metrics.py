@@ -12,6 +12,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from streamrec.auc import exact_auc
+
+__all__ = [
+    "STAT_NAMES",
+    "PassMetrics",
+    "bucket_auc",
+    "bucketize",
+    "exact_auc",
+    "metrics_from_stats",
+]
+
 STAT_NAMES = ("count", "clicks", "pred_sum", "logloss_sum", "abs_err_sum", "sq_err_sum")
 
 
@@ -53,23 +64,6 @@ def bucketize(
     pos = np.bincount(idx[labels == 1], minlength=buckets + 1)
     neg = np.bincount(idx[labels == 0], minlength=buckets + 1)
     return pos, neg
-
-
-def exact_auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    """Rank-based ROC AUC (ties count one half): the oracle."""
-    scores = np.asarray(scores, dtype=np.float64).reshape(-1)
-    labels = np.asarray(labels).reshape(-1)
-    n_pos = int((labels == 1).sum())
-    n_neg = len(labels) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return 0.5
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(len(scores))
-    sorted_scores = scores[order]
-    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
-    avg_rank = first + (counts + 1) / 2.0
-    ranks[order] = np.repeat(avg_rank, counts)
-    return float((ranks[labels == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def metrics_from_stats(pos: np.ndarray, neg: np.ndarray, sums: dict[str, float]) -> PassMetrics:

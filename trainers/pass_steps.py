@@ -79,16 +79,17 @@ def _reset_stats(ctx: WorkerContext) -> None:
 
 
 def _global_metrics(ctx: WorkerContext) -> PassMetrics:
+    """Sum every worker's buckets and sums with fleet.metrics (gloo all-reduce), then
+    compute the metrics once, in numpy."""
     from paddle.distributed import fleet
 
     stats = ctx.graph.stat_vars
-    pos = fleet.util.all_reduce(_scope_array(stats["auc_pos"].name).reshape(-1), "sum")
-    neg = fleet.util.all_reduce(_scope_array(stats["auc_neg"].name).reshape(-1), "sum")
-    sums = {
-        n: float(fleet.util.all_reduce(_scope_array(stats[n].name).reshape(-1), "sum")[0])
-        for n in STAT_NAMES
-    }
-    return metrics_from_stats(np.asarray(pos), np.asarray(neg), sums)
+
+    def summed(name: str) -> np.ndarray:
+        return np.asarray(fleet.metrics.sum(_scope_array(stats[name].name).reshape(-1)))
+
+    sums = {n: float(summed(n)[0]) for n in STAT_NAMES}
+    return metrics_from_stats(summed("auc_pos"), summed("auc_neg"), sums)
 
 
 def _run_dataset(ctx: WorkerContext, files: list[str], train: bool) -> PassMetrics:

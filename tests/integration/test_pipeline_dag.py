@@ -24,7 +24,13 @@ from serving_export import delivery
 from serving_export.artifact import verify_artifact
 from serving_export.predictor import Predictor
 from streaming.pass_builder import PassBuilder
-from streaming.producer import make_producer, send_events, synthetic_passes
+from streaming.producer import (
+    make_producer,
+    messages_for,
+    send_events,
+    send_messages,
+    synthetic_passes,
+)
 from streaming.synthetic import SyntheticBatch
 from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, dump_config
@@ -41,6 +47,11 @@ MALFORMED = [
     b"[]",
     b"",
 ]
+
+
+def observed(stack: Stack, pass_id: str) -> np.ndarray:
+    """Labels of a pass as the click join sees them."""
+    return stack.batches[pass_id].labels_within(stack.cfg.join.label_window_seconds * 1000)
 
 
 @dataclass
@@ -67,11 +78,13 @@ def _task_states(run) -> dict[str, str]:
 def stack(make_config) -> Stack:
     cfg = make_config(synthetic={"events_per_pass": 20000})
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
-    ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
+    assert cfg.join.mode == "click_join"  # the shipped config: labels come from clicks
+    for topic in (cfg.kafka.impressions_topic, cfg.join.clicks_topic):
+        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
     producer = make_producer(cfg.kafka.bootstrap_servers)
     batches = dict(synthetic_passes(cfg, FIRST_PASS, PASSES))
     for i, batch in enumerate(batches.values()):
-        send_events(producer, cfg.kafka.impressions_topic, batch.events)
+        send_messages(producer, messages_for(cfg, batch))
         if i == 0:
             send_events(producer, cfg.kafka.impressions_topic, MALFORMED)
     producer.close()
@@ -111,7 +124,7 @@ def test_second_pass_global_auc_is_above_0_6(stack: Stack) -> None:
     second = stack.cluster.client.pass_status(stack.pass_ids[1])["train"]
     assert second["test"]["auc"] > 0.6, second
     best = exact_auc(
-        stack.batches[stack.pass_ids[1]].probabilities, stack.batches[stack.pass_ids[1]].labels
+        stack.batches[stack.pass_ids[1]].probabilities, observed(stack, stack.pass_ids[1])
     )
     assert second["test"]["auc"] < best + 0.02  # nothing beats the generating model
 
@@ -132,7 +145,7 @@ def test_every_row_is_evaluated_once_and_bad_events_are_counted(stack: Stack) ->
         assert manifest.rows == len(stack.batches[pass_id].events)
         assert train["test"]["count"] == train["train"]["count"] == manifest.rows
         assert train["count_matches_manifest"]
-        total_malformed += manifest.malformed
+        total_malformed += manifest.counts.malformed_total
     assert total_malformed == len(MALFORMED)
 
 
@@ -173,7 +186,7 @@ def test_predictor_scores_like_the_cluster(stack: Stack) -> None:
     scores = Predictor(artifact).score(stack.batches[third].events)
     assert np.all(np.isfinite(scores)) and np.all((scores > 0) & (scores < 1))
     cluster_view = stack.cluster.client.pass_status(third)["train"]["test"]
-    assert abs(exact_auc(scores, stack.batches[third].labels) - cluster_view["auc"]) < 0.003
+    assert abs(exact_auc(scores, observed(stack, third)) - cluster_view["auc"]) < 0.003
     assert math.isclose(float(scores.mean()), cluster_view["predicted_ctr"], rel_tol=1e-3)
 
 

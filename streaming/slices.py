@@ -1,0 +1,209 @@
+"""Write partition slices and assemble passes from them (the layout is in streamrec.passes).
+
+``write_slice`` publishes one partition's share of a window; if the slice already exists
+(another builder, or an earlier life of this one, wrote it first) it raises SliceTaken and
+the caller rebuilds that partition's state from the existing slice. ``assemble_pass``
+turns a window whose every partition has a slice into the pass directory, by hard links;
+any builder may call it, and a lost rename race simply returns the winner's manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from streaming.errors import StreamingError
+from streamrec.atomic_fs import publish_dir, temp_dir_for, write_text_atomic
+from streamrec.passes import (
+    MANIFEST_NAME,
+    SLICE_MANIFEST_NAME,
+    SUCCESS_NAME,
+    EventCounts,
+    PartInfo,
+    PassManifest,
+    SliceManifest,
+    is_complete,
+    latest_slice_index,
+    manifest_json,
+    next_pass_id,
+    pass_dir,
+    read_manifest,
+    read_slice,
+    slice_dir,
+    slices_root,
+    window_ms,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SliceTaken(StreamingError):
+    """The slice was already published by someone else; carries the existing manifest."""
+
+    def __init__(self, existing: SliceManifest) -> None:
+        super().__init__(f"slice {existing.pass_id}/p{existing.partition} already exists")
+        self.existing = existing
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def parts_per_slice(parts_per_pass: int, partitions: int) -> int:
+    """Parts each partition writes so that a pass has about ``parts_per_pass`` parts."""
+    return max(1, math.ceil(parts_per_pass / partitions))
+
+
+def write_slice(
+    data_root: Path,
+    schema_version: int,
+    pass_id: str,
+    partition: int,
+    table: pa.Table,
+    n_parts: int,
+    fields: dict[str, Any],
+) -> SliceManifest:
+    """Publish ``table`` as the slice of ``partition`` for ``pass_id``."""
+    final = slice_dir(data_root, pass_id, partition)
+    if is_complete(final):
+        raise SliceTaken(read_slice(final))
+    tmp = temp_dir_for(final)
+    n_parts = min(n_parts, table.num_rows)
+    parts = []
+    for i in range(n_parts):
+        a, b = i * table.num_rows // n_parts, (i + 1) * table.num_rows // n_parts
+        name = f"part-{i:05d}.parquet"
+        pq.write_table(table.slice(a, b - a), tmp / name)
+        parts.append(PartInfo(file=name, rows=b - a, sha256=_sha256(tmp / name)))
+    manifest = SliceManifest(
+        schema_version=schema_version,
+        pass_id=pass_id,
+        partition=partition,
+        rows=table.num_rows,
+        positives=int(pc.sum(table["label"]).as_py() or 0) if table.num_rows else 0,
+        parts=parts,
+        created_at=datetime.now(UTC).isoformat(),
+        **fields,
+    )
+    (tmp / SLICE_MANIFEST_NAME).write_text(manifest_json(manifest))
+    (tmp / SUCCESS_NAME).touch()
+    try:
+        publish_dir(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SliceTaken(read_slice(final)) from None
+    write_text_atomic(latest_slice_index(data_root, partition), json.dumps({"pass_id": pass_id}))
+    return manifest
+
+
+def latest_slice(data_root: Path, partition: int, pass_minutes: int) -> SliceManifest | None:
+    """The newest slice of ``partition``: from the index file, then forward while newer
+    slices exist (a crash can leave the index one behind); a full scan without an index."""
+    index = latest_slice_index(data_root, partition)
+    newest: str | None = None
+    if index.is_file():
+        newest = json.loads(index.read_text())["pass_id"]
+    else:
+        found = [
+            d.parent.name
+            for d in slices_root(data_root).glob(f"*/*/p{partition}")
+            if is_complete(d)
+        ]
+        newest = max(found, default=None)
+    if newest is None:
+        return None
+    while is_complete(slice_dir(data_root, next_pass_id(newest, pass_minutes), partition)):
+        newest = next_pass_id(newest, pass_minutes)
+    return read_slice(slice_dir(data_root, newest, partition))
+
+
+def slice_pass_ids(data_root: Path, since: str | None = None) -> set[str]:
+    """Pass ids that have at least one slice (newer than ``since``)."""
+    root = slices_root(data_root)
+    if not root.is_dir():
+        return set()
+    days = sorted(d for d in root.iterdir() if d.is_dir() and d.name.isdigit())
+    if since is not None:
+        days = [d for d in days if d.name >= since[:8]]
+    return {p.name for d in days for p in d.iterdir() if since is None or p.name > since}
+
+
+def _link(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # another filesystem: copy instead
+        shutil.copy2(src, dst)
+
+
+def assemble_pass(
+    data_root: Path, pass_id: str, partitions: int, schema_version: int, pass_minutes: int
+) -> PassManifest | None:
+    """Build the pass directory once every partition has its slice; None until then."""
+    final = pass_dir(data_root, pass_id)
+    if is_complete(final):
+        return read_manifest(final)
+    dirs = [slice_dir(data_root, pass_id, p) for p in range(partitions)]
+    if not all(is_complete(d) for d in dirs):
+        return None
+    slices = [read_slice(d) for d in dirs]
+    tmp = temp_dir_for(final)
+    parts = []
+    for s, d in zip(slices, dirs, strict=True):
+        for part in s.parts:
+            name = f"p{s.partition}-{part.file}"
+            _link(d / part.file, tmp / name)
+            parts.append(part.model_copy(update={"file": name}))
+    start, end = window_ms(pass_id, pass_minutes)
+    by_topic: dict[str, dict[str, Any]] = {"offsets": {}, "resume_offsets": {}, "consumed_to": {}}
+    for s in slices:
+        for key in by_topic:
+            for topic, value in getattr(s, key).items():
+                by_topic[key].setdefault(topic, {})[str(s.partition)] = value
+    malformed: dict[str, int] = {}
+    for s in slices:
+        for reason, n in s.counts.malformed.items():
+            malformed[reason] = malformed.get(reason, 0) + n
+    counts = EventCounts(
+        malformed=malformed,
+        **{
+            k: sum(getattr(s.counts, k) for s in slices)
+            for k in ("late", "late_clicks", "duplicate_clicks", "unmatched_clicks")
+        },
+    )
+    manifest = PassManifest(
+        schema_version=schema_version,
+        pass_id=pass_id,
+        window_start_ms=start,
+        window_end_ms=end,
+        partitions=partitions,
+        rows=sum(s.rows for s in slices),
+        positives=sum(s.positives for s in slices),
+        parts=parts,
+        counts=counts,
+        created_at=datetime.now(UTC).isoformat(),
+        **by_topic,
+    )
+    (tmp / MANIFEST_NAME).write_text(manifest_json(manifest))
+    (tmp / SUCCESS_NAME).touch()
+    try:
+        publish_dir(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return read_manifest(final)
+    log.info("pass %s complete: %d rows from %d partitions", pass_id, manifest.rows, partitions)
+    return manifest
