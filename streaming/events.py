@@ -49,14 +49,22 @@ def pass_table_schema(schema: SchemaConfig) -> pa.Schema:
 def _value(slot: str, v: Any) -> str:
     if isinstance(v, bool) or not isinstance(v, str | int):
         raise MalformedEvent("wrong_type", f"sparse.{slot} values must be strings or integers")
-    return str(v)
+    return _text(str(v), f"sparse.{slot}")
+
+
+def _text(value: str, what: str) -> str:
+    try:
+        value.encode("utf-8")  # JSON allows lone surrogates; Parquet (UTF-8) does not
+    except UnicodeEncodeError:
+        raise MalformedEvent("bad_text", f"{what} is not valid Unicode text") from None
+    return value
 
 
 def _event_id(event: dict[str, Any]) -> str:
     event_id = event["event_id"]
     if not isinstance(event_id, str) or not 0 < len(event_id) <= MAX_EVENT_ID_LENGTH:
         raise MalformedEvent("wrong_type", f"event_id must be a string of 1-{MAX_EVENT_ID_LENGTH}")
-    return event_id
+    return _text(event_id, "event_id")
 
 
 def _epoch_ms(event: dict[str, Any], key: str) -> int:

@@ -45,7 +45,7 @@ from streaming.slices import (
     slice_pass_ids,
     write_slice,
 )
-from streaming.topics import CONSUMER_TIMEOUTS, ensure_topic, partition_count
+from streaming.topics import HEARTBEAT_MS, ensure_topic, partition_count
 from streamrec.atomic_fs import remove_stale_temps
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
 from streamrec.errors import StreamrecError
@@ -154,7 +154,8 @@ class PassBuilder:
             max_poll_records=5000,
             fetch_max_bytes=16 * 1024 * 1024,
             partition_assignment_strategy=[RangePartitionAssignor],
-            **CONSUMER_TIMEOUTS,
+            session_timeout_ms=self.cfg.kafka.session_timeout_ms,
+            heartbeat_interval_ms=min(HEARTBEAT_MS, self.cfg.kafka.session_timeout_ms // 3),
         )
         consumer.subscribe(list(self.topics.values()), listener=_Rebalance(self))
         return consumer
@@ -245,12 +246,12 @@ class PassBuilder:
                 row = parse_event(
                     value, self.cfg.feature_schema, max_bytes, require_label=not self._click_join
                 )
+                event_ms = self._check_time(row["event_time_ms"])
                 row["kafka_partition"], row["kafka_offset"] = partition, offset
-                state.join.add_impression(compose_pass_id(row["event_time_ms"], self._minutes), row)
-                event_ms = row["event_time_ms"]
+                state.join.add_impression(compose_pass_id(event_ms, self._minutes), row)
             else:
                 event_id, event_ms = parse_click(value, max_bytes)
-                state.join.add_click(event_id, event_ms, offset)
+                state.join.add_click(event_id, self._check_time(event_ms), offset)
         except MalformedEvent as e:
             if state.join.malformed(kind, offset, e.reason):
                 self._dead_letter(topic, partition, offset, value, e)
@@ -258,19 +259,36 @@ class PassBuilder:
         if event_ms > state.newest_ms.get(kind, 0):
             state.newest_ms[kind] = event_ms
 
+    def _check_time(self, event_ms: int) -> int:
+        limit = (time.time() + self.cfg.passes.max_future_seconds) * 1000
+        if event_ms > limit:
+            raise MalformedEvent("future_time", f"event time {event_ms} is past the wall clock")
+        return event_ms
+
+    def _caught_up(self, topic: str, partition: int) -> bool:
+        """True when everything the broker had for the partition at the last fetch is read."""
+        tp = TopicPartition(topic, partition)
+        highwater = self._consumer.highwater(tp)
+        return highwater is not None and self._consumer.position(tp) >= highwater
+
     def watermark_ms(self, partition: int, now: float | None = None) -> int:
         """Event time up to which partition ``partition`` has seen everything.
 
         The minimum over its topics of their newest event time, so the topic read later
-        cannot have its events declared late. A topic without news for
-        ``idle_partition_seconds`` stops holding it back; if all are idle, the newest event
-        time of every owned partition is used, so a quiet partition still closes windows."""
+        cannot have its events declared late. A topic is left out only when it is idle:
+        caught up with the broker *and* without news for ``idle_partition_seconds`` (a
+        partition with a backlog is never idle, however long the other one keeps the
+        consumer busy). If all are idle, the newest event time of every owned partition is
+        used, so a quiet partition still closes its windows."""
         now = time.monotonic() if now is None else now
         state = self._owned[partition]
         idle_s = self.cfg.passes.idle_partition_seconds
-        active = [
-            state.newest_ms.get(k, 0) for k in self.topics if now - state.last_seen[k] < idle_s
-        ]
+
+        def idle(kind: str) -> bool:
+            quiet = now - state.last_seen[kind] >= idle_s
+            return quiet and self._caught_up(self.topics[kind], partition)
+
+        active = [state.newest_ms.get(k, 0) for k in self.topics if not idle(k)]
         if active:
             newest = min(active)  # 0 while an active topic has sent nothing yet: wait for it
         else:
@@ -344,6 +362,7 @@ class PassBuilder:
         newest = max(ready)
         window = min(candidates) if closed is None else next_pass_id(closed, self._minutes)
         while window <= newest and partition in self._owned:
+            window = self._skip_long_gap(partition, window, candidates)
             self._cut(partition, window)
             closed = (
                 self._owned[partition].join.closed_through if partition in self._owned else None
@@ -351,6 +370,22 @@ class PassBuilder:
             if closed is None or closed < window:
                 return  # the partition was resynced from someone else's slice
             window = next_pass_id(window, self._minutes)
+
+    def _skip_long_gap(self, partition: int, window: str, candidates: set[str]) -> str:
+        """``window``, or the next window with data when more than ``max_gap_passes`` empty
+        windows lie between (an outlier timestamp, not a quiet stream)."""
+        if window in candidates:
+            return window
+        following = min(w for w in candidates if w > window)
+        pass_ms = self._minutes * 60_000
+        start, end = window_ms(window, self._minutes)[0], window_ms(following, self._minutes)[0]
+        gap = (end - start) // pass_ms
+        if gap <= self.cfg.passes.max_gap_passes:
+            return window
+        log.warning(
+            "partition %d: skipping %d empty windows %s..%s", partition, gap, window, following
+        )
+        return following
 
     def _assemble(self) -> list[PassManifest]:
         done = []

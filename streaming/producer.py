@@ -107,13 +107,17 @@ def synthetic_passes(
 
 
 def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
-    """The messages a batch becomes under the configured join mode."""
+    """The messages a batch becomes under the configured join mode. Clicks are logged when
+    they happen, so impressions and clicks are sent merged in event-time order, as a live
+    stream would deliver them."""
     if cfg.join.mode == "label_in_impression":
         return [(cfg.kafka.impressions_topic, e) for e in batch.events]
-    unlabelled = [{k: v for k, v in e.items() if k != "label"} for e in batch.events]
-    return [(cfg.kafka.impressions_topic, e) for e in unlabelled] + [
-        (cfg.join.clicks_topic, c) for c in batch.clicks()
-    ]
+    timed = [
+        (e["event_time"], cfg.kafka.impressions_topic, {k: v for k, v in e.items() if k != "label"})
+        for e in batch.events
+    ] + [(c["click_time"], cfg.join.clicks_topic, c) for c in batch.clicks()]
+    timed.sort(key=lambda m: m[0])
+    return [(topic, event) for _, topic, event in timed]
 
 
 def criteo_events(

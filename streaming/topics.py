@@ -13,7 +13,7 @@ from streaming.errors import StreamingError
 log = logging.getLogger(__name__)
 
 # Tansu (the local broker) and real brokers both need a few seconds for a group join.
-CONSUMER_TIMEOUTS = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 1_000}
+HEARTBEAT_MS = 1_000
 
 
 def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:

@@ -42,6 +42,12 @@ class KafkaConfig(_Strict):
     max_message_bytes: int = Field(
         1_000_000, ge=1024, description="Events larger than this are rejected as malformed."
     )
+    session_timeout_ms: int = Field(
+        10_000,
+        ge=1000,
+        description="Consumer group session timeout: how long a dead builder "
+        "holds its partitions before the group hands them to another.",
+    )
     dlq_suffix: str = Field(
         ".dlq", description="Malformed events of topic T go to T + dlq_suffix, with the reason."
     )
@@ -76,6 +82,18 @@ class PassConfig(_Strict):
         gt=0,
         description="A partition with no new events for this long stops holding "
         "the watermark back (so one quiet partition cannot stall every pass).",
+    )
+    max_future_seconds: int = Field(
+        3600,
+        ge=0,
+        description="Events timed further than this past the wall clock are "
+        "dead-lettered (reason future_time): one bad clock must not close every window.",
+    )
+    max_gap_passes: int = Field(
+        144,
+        ge=1,
+        description="Empty windows between two windows with data are written as "
+        "empty passes up to this many; a longer gap (an outlier timestamp) is skipped.",
     )
     parts_per_pass: int = Field(
         4, ge=1, description="Parquet parts per pass; each worker reads whole parts."

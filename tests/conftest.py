@@ -65,7 +65,7 @@ def make_config(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> ConfigFactory:
     """Configs on the session's services, each with its own directories, Redis prefix and
-    topic; ``make_config(passes={"parts_per_pass": 2})`` overrides keys of a section."""
+    topics; ``make_config(passes={"parts_per_pass": 2})`` overrides keys of a section."""
 
     def make(**sections: dict) -> PipelineConfig:
         suffix = uuid.uuid4().hex[:8]
@@ -73,6 +73,7 @@ def make_config(
         cfg = with_services(shipped_config, services.bootstrap_servers, services.redis_url)
         cfg = cfg.model_copy(update={"name": f"t{suffix}"})
         cfg = _override(cfg, "kafka", impressions_topic=f"impressions-{suffix}")
+        cfg = _override(cfg, "join", clicks_topic=f"clicks-{suffix}")
         cfg = _override(
             cfg,
             "paths",

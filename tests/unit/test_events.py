@@ -43,6 +43,8 @@ def test_good_event_becomes_a_row(shipped_config: PipelineConfig) -> None:
         (json.dumps({**GOOD, "sparse": {"user_id": {"a": 1}}}).encode(), "wrong_type"),
         (json.dumps({**GOOD, "sparse": {"tags": ["t"] * 1000}}).encode(), "too_many_values"),
         (b"{" + b" " * 20_000 + b"}", "oversized"),
+        (b"[" * 5000 + b"]" * 5000, "bad_json"),
+        (b'{"event_id": "\\ud800", "event_time": 5, "label": 1}', "bad_text"),
     ],
 )
 def test_malformed_events_have_a_reason(
