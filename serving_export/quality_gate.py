@@ -3,8 +3,9 @@
 The candidate's evidence is the pass's progressive-validation metrics (the model before
 the pass, scored on data it had not seen): a conservative estimate of the candidate, which
 has also trained on the pass. It passes when the pass had enough rows, every row was
-evaluated, the AUC is at least ``min_auc`` and not more than ``max_auc_drop`` below the
-serving model's own gate AUC, and the prediction is finite.
+evaluated (checked when the metrics are exact, i.e. with one reader thread), the AUC is at
+least ``min_auc`` and not more than ``max_auc_drop`` below the serving model's own gate
+AUC, and the prediction is finite.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def judge(
     reasons = []
     if train_result.get("rows", 0) < gate.min_rows:
         reasons.append(f"rows {train_result.get('rows', 0)} < min_rows {gate.min_rows}")
-    if not train_result.get("count_matches_manifest", False):
+    exact = train_result.get("metrics_exact", True)
+    if exact and not train_result.get("count_matches_manifest", False):
         reasons.append("evaluated row count differs from the pass manifest")
     if not math.isfinite(auc):
         reasons.append("AUC is not finite")

@@ -92,23 +92,83 @@ def _global_metrics(ctx: WorkerContext) -> PassMetrics:
     return metrics_from_stats(summed("auc_pos"), summed("auc_neg"), sums)
 
 
-def _run_dataset(ctx: WorkerContext, files: list[str], train: bool) -> PassMetrics:
+def _threads(ctx: WorkerContext, files: list[str]) -> int:
+    # QueueDataset aborts (glog CHECK) when a worker has fewer files than threads.
+    return max(1, min(ctx.cfg.model.runner.thread_num, len(files)))
+
+
+def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int) -> Any:
+    import paddle
+
+    dataset = paddle.distributed.QueueDataset()
+    dataset.init(
+        use_var=ctx.graph.use_vars,
+        pipe_command=pipe_command(ctx.config_path),
+        batch_size=ctx.cfg.model.runner.batch_size,
+        thread_num=threads,
+    )
+    dataset.set_filelist(files)
+    return dataset
+
+
+def _in_memory_dataset(ctx: WorkerContext, files: list[str], threads: int) -> Any:
+    # paddle.distributed.InMemoryDataset().global_shuffle(fleet) raises AttributeError in
+    # 2.6.2; the base DatasetFactory one shuffles across workers (DESIGN.md).
+    from paddle.base import DatasetFactory
+
+    dataset = DatasetFactory().create_dataset("InMemoryDataset")
+    dataset.set_use_var(ctx.graph.use_vars)
+    dataset.set_pipe_command(pipe_command(ctx.config_path))
+    dataset.set_batch_size(ctx.cfg.model.runner.batch_size)
+    dataset.set_thread(threads)
+    dataset.set_filelist(files)
+    dataset.load_into_memory()
+    return dataset
+
+
+def _run(ctx: WorkerContext, dataset: Any, train: bool) -> PassMetrics:
     import paddle
 
     _reset_stats(ctx)
-    if files:
-        runner = ctx.cfg.model.runner
-        dataset = paddle.distributed.QueueDataset()
-        dataset.init(
-            use_var=ctx.graph.use_vars,
-            pipe_command=pipe_command(ctx.config_path),
-            batch_size=runner.batch_size,
-            thread_num=min(runner.thread_num, len(files)),  # fewer files than threads aborts
-        )
-        dataset.set_filelist(files)
+    if dataset is not None:
         run = ctx.exe.train_from_dataset if train else ctx.exe.infer_from_dataset
         run(program=paddle.static.default_main_program(), dataset=dataset, debug=False)
     return _global_metrics(ctx)
+
+
+def _test_then_train(
+    ctx: WorkerContext, files: list[str], seconds: dict[str, float]
+) -> tuple[PassMetrics, PassMetrics]:
+    """Progressive validation, then training, on this worker's files of the pass.
+
+    With more than one reader thread the metric accumulators (persistable variables the
+    threads update without a lock) lose updates, and Paddle's per-thread merge
+    (``stat_var_names``) doubled and lost counts when measured here; results then carry
+    ``metrics_exact: false``. Changing the thread count between runs of one process aborts
+    Paddle (a CHECK in dist_multi_trainer), so evaluation and training share it."""
+    from paddle.distributed import fleet
+
+    threads = _threads(ctx, files)
+    if ctx.cfg.model.runner.reader_type == "QueueDataset":
+        with timed("test", seconds):
+            test = _run(ctx, _queue_dataset(ctx, files, threads) if files else None, train=False)
+        with timed("train", seconds):
+            train = _run(ctx, _queue_dataset(ctx, files, threads) if files else None, train=True)
+        return test, train
+    # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
+    # all workers (a collective: every worker takes part, with or without files) and train.
+    with timed("load", seconds):
+        dataset = _in_memory_dataset(ctx, files, threads)
+    try:
+        with timed("test", seconds):
+            test = _run(ctx, dataset, train=False)
+        with timed("shuffle", seconds):
+            dataset.global_shuffle(fleet)
+        with timed("train", seconds):
+            train = _run(ctx, dataset, train=True)
+    finally:
+        dataset.release_memory()
+    return test, train
 
 
 def train_pass(ctx: WorkerContext, pass_id: str) -> dict[str, Any]:
@@ -118,11 +178,8 @@ def train_pass(ctx: WorkerContext, pass_id: str) -> dict[str, Any]:
     files = [str(directory / p.file) for p in manifest.parts]
     mine = files[ctx.rank :: ctx.workers]
     seconds: dict[str, float] = {}
-    with timed("test", seconds):
-        test = _run_dataset(ctx, mine, train=False)
-    with timed("train", seconds):
-        train = _run_dataset(ctx, mine, train=True)
-    if test.count != manifest.rows:
+    test, train = _test_then_train(ctx, mine, seconds)
+    if test.count != manifest.rows and ctx.cfg.model.runner.thread_num == 1:
         log.error(
             "pass %s: evaluated %d rows but the manifest has %d", pass_id, test.count, manifest.rows
         )
@@ -134,6 +191,8 @@ def train_pass(ctx: WorkerContext, pass_id: str) -> dict[str, Any]:
         "train": train.to_dict(),
         "seconds": seconds,
         "workers": ctx.workers,
+        "reader": ctx.cfg.model.runner.reader_type,
+        "metrics_exact": ctx.cfg.model.runner.thread_num == 1,
     }
 
 
