@@ -7,26 +7,31 @@ registers it; ``delivery.deliver`` switches the serving pointer (``registry``); 
 ``predictor`` loads the serving version and scores events.
 """
 
-from serving_export.artifact import package_export, verify_artifact
-from serving_export.delivery import deliver, evaluate, publish, registry_for
-from serving_export.errors import ExportInvalid, NothingServing, RegistryConflict, ServingError
-from serving_export.predictor import Predictor
-from serving_export.quality_gate import GateDecision, judge
-from serving_export.registry import ModelRegistry
+import importlib
+from typing import Any
 
-__all__ = [
-    "ExportInvalid",
-    "GateDecision",
-    "ModelRegistry",
-    "NothingServing",
-    "Predictor",
-    "RegistryConflict",
-    "ServingError",
-    "deliver",
-    "evaluate",
-    "judge",
-    "package_export",
-    "publish",
-    "registry_for",
-    "verify_artifact",
-]
+# Exports load on first use (PEP 562), so importing one module of the package, as the
+# pipe reader process or a DAG file does, does not import the whole stage.
+_EXPORTS = {
+    "ExportInvalid": "serving_export.errors",
+    "GateDecision": "serving_export.quality_gate",
+    "ModelRegistry": "serving_export.registry",
+    "NothingServing": "serving_export.errors",
+    "Predictor": "serving_export.predictor",
+    "RegistryConflict": "serving_export.errors",
+    "ServingError": "serving_export.errors",
+    "deliver": "serving_export.delivery",
+    "evaluate": "serving_export.delivery",
+    "judge": "serving_export.quality_gate",
+    "package_export": "serving_export.artifact",
+    "publish": "serving_export.delivery",
+    "registry_for": "serving_export.delivery",
+    "verify_artifact": "serving_export.artifact",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

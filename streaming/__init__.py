@@ -8,29 +8,33 @@ slice the pass is assembled (``slices``). ``pipe_reader`` turns a pass part into
 MultiSlot text with ``feature_signs``. No module here imports paddle.
 """
 
-from streaming.errors import MalformedEvent, StreamingError
-from streaming.events import normalize_event, parse_event, pass_table_schema
-from streaming.feature_signs import SIGN_VERSION, feature_sign, signs_of
-from streaming.pass_builder import PassBuilder
-from streaming.pipe_reader import multislot_text, pipe_command, slot_order
-from streaming.slices import assemble_pass, write_slice
-from streaming.synthetic import SyntheticBatch, SyntheticStream
+import importlib
+from typing import Any
 
-__all__ = [
-    "SIGN_VERSION",
-    "MalformedEvent",
-    "PassBuilder",
-    "StreamingError",
-    "SyntheticBatch",
-    "SyntheticStream",
-    "assemble_pass",
-    "feature_sign",
-    "multislot_text",
-    "normalize_event",
-    "parse_event",
-    "pass_table_schema",
-    "pipe_command",
-    "signs_of",
-    "slot_order",
-    "write_slice",
-]
+# Exports load on first use (PEP 562), so importing one module of the package, as the
+# pipe reader process or a DAG file does, does not import the whole stage.
+_EXPORTS = {
+    "MalformedEvent": "streaming.errors",
+    "PassBuilder": "streaming.pass_builder",
+    "SIGN_VERSION": "streaming.feature_signs",
+    "StreamingError": "streaming.errors",
+    "SyntheticBatch": "streaming.synthetic",
+    "SyntheticStream": "streaming.synthetic",
+    "assemble_pass": "streaming.slices",
+    "feature_sign": "streaming.feature_signs",
+    "multislot_text": "streaming.pipe_reader",
+    "normalize_event": "streaming.events",
+    "parse_event": "streaming.events",
+    "pass_table_schema": "streaming.events",
+    "pipe_command": "streaming.pipe_reader",
+    "signs_of": "streaming.feature_signs",
+    "slot_order": "streaming.pipe_reader",
+    "write_slice": "streaming.slices",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,18 +1,22 @@
-"""``pipe_command`` for Paddle's QueueDataset: a Parquet pass part on stdin, MultiSlot text out.
+"""``pipe_command`` for Paddle's datasets: a Parquet pass part on stdin, MultiSlot text out.
 
-Paddle runs ``cat <part> | <pipe_command>`` per file and parses, for each ``use_var`` in
-order, ``<n> v1 ... vn``. Our order (``slot_order``) is every sparse slot (feature signs),
-then ``dense`` (all dense features), then ``label``. The text is built column-wise with
-Arrow compute and written from the result's data buffer: no Python loop per row, and no
-paddle import (it would cost about a second per file).
+Paddle runs ``cat <part> | <pipe_command>`` per file (per reader thread) and parses, for
+each ``use_var`` in order, ``<n> v1 ... vn``. Our order (``slot_order``) is every sparse slot
+(feature signs), then ``dense`` (all dense features), then ``label``. The text is built
+column-wise with Arrow compute, each distinct value's text once, and written straight from
+the result's data buffer: no Python loop per row. The process starts lean: the slot layout
+comes as JSON on the command line (no YAML, no pydantic) and paddle is never imported (it
+would cost about a second per file).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import sys
-from pathlib import Path
-from typing import BinaryIO
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -20,10 +24,35 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from streaming.feature_signs import signs_of
-from streamrec.config import SchemaConfig, load_config
+
+if TYPE_CHECKING:
+    from streamrec.config import SchemaConfig
 
 DENSE_VAR = "dense"
 LABEL_VAR = "label"
+
+
+@dataclass(frozen=True)
+class ReaderLayout:
+    """What the reader needs of the feature schema: slots (name, multi, default), dense."""
+
+    sparse: tuple[tuple[str, bool, str], ...]
+    dense: tuple[str, ...]
+
+    @classmethod
+    def from_schema(cls, schema: SchemaConfig) -> ReaderLayout:
+        return cls(
+            tuple((s.name, s.multi, s.default) for s in schema.sparse),
+            tuple(d.name for d in schema.dense),
+        )
+
+    def to_arg(self) -> str:
+        return json.dumps({"sparse": self.sparse, "dense": self.dense}, separators=(",", ":"))
+
+    @classmethod
+    def from_arg(cls, arg: str) -> ReaderLayout:
+        raw = json.loads(arg)
+        return cls(tuple((n, bool(m), d) for n, m, d in raw["sparse"]), tuple(raw["dense"]))
 
 
 def slot_order(schema: SchemaConfig) -> list[str]:
@@ -31,58 +60,63 @@ def slot_order(schema: SchemaConfig) -> list[str]:
     return [s.name for s in schema.sparse] + ([DENSE_VAR] if schema.dense else []) + [LABEL_VAR]
 
 
-def _u64_text(signs) -> pa.Array:
-    return pa.array(signs, type=pa.uint64()).cast(pa.string())
+def _sign_text(slot: str, values: pa.Array, prefix: str = "") -> pa.Array:
+    """``prefix + str(sign)`` of every value: computed per distinct value, then gathered."""
+    encoded = pc.dictionary_encode(values)
+    unique = pa.array(signs_of(slot, encoded.dictionary), type=pa.uint64()).cast(pa.string())
+    if prefix:
+        unique = pc.binary_join_element_wise(prefix, unique, "")
+    return unique.take(encoded.indices)
 
 
-def multislot_text(table: pa.Table, schema: SchemaConfig) -> bytes:
+def multislot_text(table: pa.Table, layout: ReaderLayout | SchemaConfig) -> bytes:
     """The MultiSlot text of ``table`` (pass columns), one line per row."""
+    if not isinstance(layout, ReaderLayout):
+        layout = ReaderLayout.from_schema(layout)
     n = table.num_rows
     if n == 0:
         return b""
-    columns: list[pa.Array] = []
-    for slot in schema.sparse:
-        col = table[slot.name].combine_chunks()
-        if slot.multi:
+    columns: list[pa.Array | str] = []
+    for name, multi, default in layout.sparse:
+        col = table[name].combine_chunks()
+        if multi:
             lengths = pc.list_value_length(col).fill_null(0)
             if pc.min(lengths).as_py() == 0:  # an empty slot is illegal in MultiSlot: pad
-                col = pc.if_else(pc.equal(lengths, 0), pa.scalar([slot.default], col.type), col)
+                col = pc.if_else(pc.equal(lengths, 0), pa.scalar([default], col.type), col)
                 lengths = pc.list_value_length(col)
-            flat = pc.list_flatten(col)
-            joined = pc.binary_join(
-                pa.ListArray.from_arrays(col.offsets, _u64_text(signs_of(slot.name, flat))), " "
-            )
-            columns += [lengths.cast(pa.string()), joined]
+            signs = pa.ListArray.from_arrays(col.offsets, _sign_text(name, pc.list_flatten(col)))
+            columns += [lengths.cast(pa.string()), pc.binary_join(signs, " ")]
         else:
-            columns += [pa.array(["1"] * n), _u64_text(signs_of(slot.name, col))]
-    if schema.dense:
-        columns.append(pa.array([str(len(schema.dense))] * n))
-        columns += [table[d.name].combine_chunks().cast(pa.string()) for d in schema.dense]
-    columns += [pa.array(["1"] * n), table["label"].combine_chunks().cast(pa.string())]
-    lines = pc.binary_join_element_wise(*columns, " ")
-    lines = pc.binary_join_element_wise(lines, pa.array([""] * n), "\n").cast(pa.large_string())
+            columns.append(_sign_text(name, col, prefix="1 "))
+    if layout.dense:
+        columns.append(str(len(layout.dense)))
+        columns += [table[d].combine_chunks().cast(pa.string()) for d in layout.dense]
+    columns += ["1", table["label"].combine_chunks().cast(pa.string()), "\n"]
+    lines = pc.binary_join_element_wise(*columns[:-1], " ")
+    lines = pc.binary_join_element_wise(lines, "\n", "").cast(pa.large_string())
     _, offsets, data = lines.buffers()
     bounds = np.frombuffer(offsets, dtype=np.int64)[lines.offset : lines.offset + n + 1]
     return data.to_pybytes()[bounds[0] : bounds[-1]]
 
 
-def convert(source: BinaryIO, sink: BinaryIO, schema: SchemaConfig) -> int:
+def convert(source: BinaryIO, sink: BinaryIO, layout: ReaderLayout | SchemaConfig) -> int:
     """Read one Parquet file from ``source``, write its MultiSlot text to ``sink``; row count."""
     table = pq.read_table(pa.BufferReader(source.read()))
-    sink.write(multislot_text(table, schema))
+    sink.write(multislot_text(table, layout))
     return table.num_rows
 
 
-def pipe_command(config_path: Path) -> str:
+def pipe_command(schema: SchemaConfig) -> str:
     """The shell command Paddle runs for every file."""
-    return f"{sys.executable} -m streaming.pipe_reader --config {config_path}"
+    arg = ReaderLayout.from_schema(schema).to_arg()
+    return f"{shlex.quote(sys.executable)} -m streaming.pipe_reader --layout {shlex.quote(arg)}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Parquet pass part on stdin -> MultiSlot text.")
-    parser.add_argument("--config", required=True, type=Path, help="pipeline YAML (for the schema)")
+    parser.add_argument("--layout", required=True, help="slot layout JSON (see pipe_command)")
     args = parser.parse_args(argv)
-    convert(sys.stdin.buffer, sys.stdout.buffer, load_config(args.config).feature_schema)
+    convert(sys.stdin.buffer, sys.stdout.buffer, ReaderLayout.from_arg(args.layout))
     sys.stdout.buffer.flush()
     return 0
 

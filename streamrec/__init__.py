@@ -1,18 +1,26 @@
 """streamrec's small shared core: config, errors, logging, the pass contract, Redis keys,
 the atomic filesystem adapter and local services. It imports nothing else of ours."""
 
-from streamrec.config import PipelineConfig, dump_config, load_config, with_services
-from streamrec.errors import ConfigError, ContractError, ServiceError, StreamrecError
-from streamrec.redis_keys import RedisKeys
+import importlib
+from typing import Any
 
-__all__ = [
-    "ConfigError",
-    "ContractError",
-    "PipelineConfig",
-    "RedisKeys",
-    "ServiceError",
-    "StreamrecError",
-    "dump_config",
-    "load_config",
-    "with_services",
-]
+# Exports load on first use (PEP 562), so importing one module of the package, as the
+# pipe reader process or a DAG file does, does not import the whole stage.
+_EXPORTS = {
+    "ConfigError": "streamrec.errors",
+    "ContractError": "streamrec.errors",
+    "PipelineConfig": "streamrec.config",
+    "RedisKeys": "streamrec.redis_keys",
+    "ServiceError": "streamrec.errors",
+    "StreamrecError": "streamrec.errors",
+    "dump_config": "streamrec.config",
+    "load_config": "streamrec.config",
+    "with_services": "streamrec.config",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

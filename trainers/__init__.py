@@ -7,29 +7,29 @@ reports; ``checkpoint`` and ``export`` save through fleet. ``launcher`` runs it 
 Paddle is imported inside functions only, so DAGs and CLIs import this package cheaply.
 """
 
-from trainers.control_plane import ClusterClient
-from trainers.errors import (
-    ClusterUnavailable,
-    CommandFailed,
-    CommandTimeout,
-    DeviceUnsupported,
-    TrainerError,
-)
-from trainers.launcher import LocalCluster
-from trainers.metrics import PassMetrics, bucket_auc, exact_auc, metrics_from_stats
-from trainers.models import MODELS
+import importlib
+from typing import Any
 
-__all__ = [
-    "MODELS",
-    "ClusterClient",
-    "ClusterUnavailable",
-    "CommandFailed",
-    "CommandTimeout",
-    "DeviceUnsupported",
-    "LocalCluster",
-    "PassMetrics",
-    "TrainerError",
-    "bucket_auc",
-    "exact_auc",
-    "metrics_from_stats",
-]
+# Exports load on first use (PEP 562), so importing one module of the package, as the
+# pipe reader process or a DAG file does, does not import the whole stage.
+_EXPORTS = {
+    "ClusterClient": "trainers.control_plane",
+    "ClusterUnavailable": "trainers.errors",
+    "CommandFailed": "trainers.errors",
+    "CommandTimeout": "trainers.errors",
+    "DeviceUnsupported": "trainers.errors",
+    "LocalCluster": "trainers.launcher",
+    "MODELS": "trainers.models",
+    "PassMetrics": "trainers.metrics",
+    "TrainerError": "trainers.errors",
+    "bucket_auc": "trainers.metrics",
+    "exact_auc": "trainers.metrics",
+    "metrics_from_stats": "trainers.metrics",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -103,7 +103,7 @@ def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int) -> Any:
     dataset = paddle.distributed.QueueDataset()
     dataset.init(
         use_var=ctx.graph.use_vars,
-        pipe_command=pipe_command(ctx.config_path),
+        pipe_command=pipe_command(ctx.cfg.feature_schema),
         batch_size=ctx.cfg.model.runner.batch_size,
         thread_num=threads,
     )
@@ -118,7 +118,7 @@ def _in_memory_dataset(ctx: WorkerContext, files: list[str], threads: int) -> An
 
     dataset = DatasetFactory().create_dataset("InMemoryDataset")
     dataset.set_use_var(ctx.graph.use_vars)
-    dataset.set_pipe_command(pipe_command(ctx.config_path))
+    dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema))
     dataset.set_batch_size(ctx.cfg.model.runner.batch_size)
     dataset.set_thread(threads)
     dataset.set_filelist(files)
