@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from machine import hardware_line
 
 from streaming.events import normalize_event, pass_table_schema
 from streaming.pipe_reader import pipe_command
@@ -25,19 +25,6 @@ from streaming.synthetic import SyntheticStream
 from streamrec.config import load_config
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def _hardware() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores, {cpu}, {mem:.0f} GiB, Python {platform.python_version()}"
 
 
 def _time(shell: str, env: dict[str, str]) -> tuple[float, bytes]:
@@ -90,7 +77,7 @@ def main() -> int:
             raise SystemExit("readers wrote different MultiSlot layouts")
         best_ours, best_ref = min(t for t, _ in ours), min(t for t, _ in ref)
 
-    print(f"hardware: {_hardware()}")
+    print(f"hardware: {hardware_line()}")
     print(f"rows per file: {args.rows:,}; best of {args.repeat} runs, process start included")
     for name, seconds in (
         ("streamrec pipe reader (Parquet, Arrow)", best_ours),

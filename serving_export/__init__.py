@@ -7,11 +7,8 @@ registers it; ``delivery.deliver`` switches the serving pointer (``registry``); 
 ``predictor`` loads the serving version and scores events.
 """
 
-import importlib
-from typing import Any
+from streamrec.lazy import lazy_exports
 
-# Exports load on first use (PEP 562), so importing one module of the package, as the
-# pipe reader process or a DAG file does, does not import the whole stage.
 _EXPORTS = {
     "ExportInvalid": "serving_export.errors",
     "GateDecision": "serving_export.quality_gate",
@@ -28,10 +25,4 @@ _EXPORTS = {
     "registry_for": "serving_export.delivery",
     "verify_artifact": "serving_export.artifact",
 }
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

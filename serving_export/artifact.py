@@ -13,7 +13,6 @@ again finds the published artifact and returns its manifest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ import numpy as np
 from serving_export.errors import ExportInvalid
 from serving_export.sparse_table import read_saved_table
 from streaming.feature_signs import SIGN_VERSION
-from streamrec.atomic_fs import publish_dir, temp_dir_for
+from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for
 from streamrec.config import PipelineConfig
 
 log = logging.getLogger(__name__)
@@ -33,14 +32,6 @@ log = logging.getLogger(__name__)
 ARTIFACT_VERSION = 1
 MANIFEST_NAME = "MANIFEST.json"
 MODEL_PREFIX = "model"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def artifact_dir(cfg: PipelineConfig, version: str) -> Path:

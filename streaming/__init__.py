@@ -8,11 +8,8 @@ slice the pass is assembled (``slices``). ``pipe_reader`` turns a pass part into
 MultiSlot text with ``feature_signs``. No module here imports paddle.
 """
 
-import importlib
-from typing import Any
+from streamrec.lazy import lazy_exports
 
-# Exports load on first use (PEP 562), so importing one module of the package, as the
-# pipe reader process or a DAG file does, does not import the whole stage.
 _EXPORTS = {
     "MalformedEvent": "streaming.errors",
     "PassBuilder": "streaming.pass_builder",
@@ -31,10 +28,4 @@ _EXPORTS = {
     "slot_order": "streaming.pipe_reader",
     "write_slice": "streaming.slices",
 }
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -20,6 +20,7 @@ import json
 import math
 from typing import Any
 
+import msgspec
 import pyarrow as pa
 
 from streaming.errors import MalformedEvent
@@ -27,6 +28,7 @@ from streamrec.config import SchemaConfig
 
 MAX_EVENT_ID_LENGTH = 128
 MAX_VALUES_PER_SLOT = 256
+_fast_decode = msgspec.json.Decoder().decode
 
 
 def pass_table_schema(schema: SchemaConfig) -> pa.Schema:
@@ -47,9 +49,12 @@ def pass_table_schema(schema: SchemaConfig) -> pa.Schema:
 
 
 def _value(slot: str, v: Any) -> str:
-    if isinstance(v, bool) or not isinstance(v, str | int):
-        raise MalformedEvent("wrong_type", f"sparse.{slot} values must be strings or integers")
-    return _text(str(v), f"sparse.{slot}")
+    kind = type(v)  # exact types: bool is not an int here; this runs for every value
+    if kind is str:
+        return v if v.isascii() else _text(v, f"sparse.{slot}")
+    if kind is int:
+        return str(v)
+    raise MalformedEvent("wrong_type", f"sparse.{slot} values must be strings or integers")
 
 
 def _text(value: str, what: str) -> str:
@@ -62,14 +67,14 @@ def _text(value: str, what: str) -> str:
 
 def _event_id(event: dict[str, Any]) -> str:
     event_id = event["event_id"]
-    if not isinstance(event_id, str) or not 0 < len(event_id) <= MAX_EVENT_ID_LENGTH:
+    if type(event_id) is not str or not 0 < len(event_id) <= MAX_EVENT_ID_LENGTH:
         raise MalformedEvent("wrong_type", f"event_id must be a string of 1-{MAX_EVENT_ID_LENGTH}")
-    return _text(event_id, "event_id")
+    return event_id if event_id.isascii() else _text(event_id, "event_id")
 
 
 def _epoch_ms(event: dict[str, Any], key: str) -> int:
     value = event[key]
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**62:
+    if type(value) is not int or not 0 < value < 2**62:
         raise MalformedEvent("wrong_type", f"{key} must be positive epoch milliseconds")
     return value
 
@@ -79,6 +84,10 @@ def _decode(raw: bytes | None, max_bytes: int) -> Any:
         raise MalformedEvent("empty", "the message has no value")
     if len(raw) > max_bytes:
         raise MalformedEvent("oversized", f"{len(raw)} bytes > {max_bytes}")
+    try:
+        return _fast_decode(raw)
+    except (msgspec.DecodeError, RecursionError):
+        pass  # msgspec is strict (no NaN tokens, no lone surrogates): let json judge and name it
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -103,28 +112,44 @@ def normalize_event(event: Any, schema: SchemaConfig, require_label: bool = True
         raise MalformedEvent("wrong_type", "sparse and dense must be objects")
 
     row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time, "label": label}
-    for slot in schema.sparse:
-        v = sparse.get(slot.name)
-        if slot.multi:
+    slots, features = _layout(schema)
+    for name, multi, default in slots:
+        v = sparse.get(name)
+        if multi:
             if v is None:
-                values = [slot.default]
-            elif isinstance(v, list):
+                values = [default]
+            elif type(v) is list:
                 if len(v) > MAX_VALUES_PER_SLOT:
-                    raise MalformedEvent("too_many_values", f"sparse.{slot.name}")
-                values = [_value(slot.name, x) for x in v] or [slot.default]
+                    raise MalformedEvent("too_many_values", f"sparse.{name}")
+                values = [_value(name, x) for x in v] or [default]
             else:
-                values = [_value(slot.name, v)]
-            row[slot.name] = values
+                values = [_value(name, v)]
+            row[name] = values
         else:
-            row[slot.name] = slot.default if v is None else _value(slot.name, v)
-    for feat in schema.dense:
-        v = dense.get(feat.name, feat.default)
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise MalformedEvent("wrong_type", f"dense.{feat.name} must be a number")
+            row[name] = default if v is None else _value(name, v)
+    for name, default in features:
+        v = dense.get(name, default)
+        kind = type(v)
+        if kind is not float and kind is not int:
+            raise MalformedEvent("wrong_type", f"dense.{name} must be a number")
         if not math.isfinite(v):
-            raise MalformedEvent("not_finite", f"dense.{feat.name}")
-        row[feat.name] = float(v)
+            raise MalformedEvent("not_finite", f"dense.{name}")
+        row[name] = float(v)
     return row
+
+
+_LAYOUTS: dict[int, tuple[tuple[tuple[str, bool, str], ...], tuple[tuple[str, float], ...]]] = {}
+
+
+def _layout(schema: SchemaConfig):
+    """Plain tuples of the schema's slots and features (read for every event)."""
+    key = id(schema)
+    if key not in _LAYOUTS:
+        _LAYOUTS[key] = (
+            tuple((s.name, s.multi, s.default) for s in schema.sparse),
+            tuple((d.name, d.default) for d in schema.dense),
+        )
+    return _LAYOUTS[key]
 
 
 def parse_event(

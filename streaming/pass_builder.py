@@ -121,6 +121,9 @@ class PassBuilder:
         self._lateness_ms = cfg.passes.allowed_lateness_seconds * 1000
         self._label_delay_ms = cfg.join.label_window_seconds * 1000 if self._click_join else 0
         self._owned: dict[int, _Partition] = {}
+        self._window_ms = self._minutes * 60_000
+        self._window_ids: dict[int, str] = {}  # window number -> pass id
+        self._future_limit_ms = 0.0
         self._known: set[str] = set()
         self._next_scan = 0.0
         self.partitions = self._prepare_topics()
@@ -248,7 +251,7 @@ class PassBuilder:
                 )
                 event_ms = self._check_time(row["event_time_ms"])
                 row["kafka_partition"], row["kafka_offset"] = partition, offset
-                state.join.add_impression(compose_pass_id(event_ms, self._minutes), row)
+                state.join.add_impression(self._window_of(event_ms), row)
             else:
                 event_id, event_ms = parse_click(value, max_bytes)
                 state.join.add_click(event_id, self._check_time(event_ms), offset)
@@ -259,11 +262,22 @@ class PassBuilder:
         if event_ms > state.newest_ms.get(kind, 0):
             state.newest_ms[kind] = event_ms
 
+    def _window_of(self, event_ms: int) -> str:
+        window = event_ms // self._window_ms
+        pass_id = self._window_ids.get(window)
+        if pass_id is None:
+            pass_id = self._window_ids[window] = compose_pass_id(event_ms, self._minutes)
+        return pass_id
+
     def _check_time(self, event_ms: int) -> int:
-        limit = (time.time() + self.cfg.passes.max_future_seconds) * 1000
-        if event_ms > limit:
+        # the limit moves with the wall clock; re-read it only when an event reaches it
+        if event_ms > self._future_limit_ms and event_ms > self._refresh_future_limit():
             raise MalformedEvent("future_time", f"event time {event_ms} is past the wall clock")
         return event_ms
+
+    def _refresh_future_limit(self) -> float:
+        self._future_limit_ms = (time.time() + self.cfg.passes.max_future_seconds) * 1000
+        return self._future_limit_ms
 
     def _caught_up(self, topic: str, partition: int) -> bool:
         """True when everything the broker had for the partition at the last fetch is read."""

@@ -9,7 +9,6 @@ any builder may call it, and a lost rename race simply returns the winner's mani
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -24,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from streaming.errors import StreamingError
-from streamrec.atomic_fs import publish_dir, temp_dir_for, write_text_atomic
+from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for, write_text_atomic
 from streamrec.passes import (
     MANIFEST_NAME,
     SLICE_MANIFEST_NAME,
@@ -56,14 +55,6 @@ class SliceTaken(StreamingError):
         self.existing = existing
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def parts_per_slice(parts_per_pass: int, partitions: int) -> int:
     """Parts each partition writes so that a pass has about ``parts_per_pass`` parts."""
     return max(1, math.ceil(parts_per_pass / partitions))
@@ -89,7 +80,7 @@ def write_slice(
         a, b = i * table.num_rows // n_parts, (i + 1) * table.num_rows // n_parts
         name = f"part-{i:05d}.parquet"
         pq.write_table(table.slice(a, b - a), tmp / name)
-        parts.append(PartInfo(file=name, rows=b - a, sha256=_sha256(tmp / name)))
+        parts.append(PartInfo(file=name, rows=b - a, sha256=sha256_file(tmp / name)))
     manifest = SliceManifest(
         schema_version=schema_version,
         pass_id=pass_id,

@@ -74,6 +74,20 @@ class SyntheticStream:
         redraw = rng.random(len(self._dense_weights)) < share
         self._dense_weights[redraw] = rng.normal(0.0, 0.5, int(redraw.sum()))
 
+    def probability(self, events: list[dict[str, Any]]) -> np.ndarray:
+        """Click probability of ``events`` (made by this stream) under the current model."""
+        logit = np.full(len(events), self._cfg.bias)
+        for slot in self._schema.sparse:
+            w = self._weights[slot.name]
+            for i, e in enumerate(events):
+                value = e["sparse"][slot.name]
+                ids = [int(v[1:]) for v in value] if slot.multi else [int(value[1:])]
+                logit[i] += w[ids].mean()
+        dense = np.array([[e["dense"][d.name] for d in self._schema.dense] for e in events])
+        if len(self._schema.dense):
+            logit += dense @ self._dense_weights
+        return 1.0 / (1.0 + np.exp(-logit))
+
     def _ids(self, slot: str, n: int) -> np.ndarray:
         # Zipf ranks shuffled onto ids, so popular ids are not simply the small ones.
         ranks = self._rng.zipf(self._cfg.zipf_a, n)

@@ -1,11 +1,8 @@
 """streamrec's small shared core: config, errors, logging, the pass contract, Redis keys,
 the atomic filesystem adapter and local services. It imports nothing else of ours."""
 
-import importlib
-from typing import Any
+from streamrec.lazy import lazy_exports
 
-# Exports load on first use (PEP 562), so importing one module of the package, as the
-# pipe reader process or a DAG file does, does not import the whole stage.
 _EXPORTS = {
     "ConfigError": "streamrec.errors",
     "ContractError": "streamrec.errors",
@@ -17,10 +14,4 @@ _EXPORTS = {
     "load_config": "streamrec.config",
     "with_services": "streamrec.config",
 }
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -5,11 +5,21 @@ A reader sees either the old file (or directory) or the new one, never a half-wr
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import time
 import uuid
 from pathlib import Path
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's content."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def fsync_dir(path: Path) -> None:

@@ -7,11 +7,8 @@ reports; ``checkpoint`` and ``export`` save through fleet. ``launcher`` runs it 
 Paddle is imported inside functions only, so DAGs and CLIs import this package cheaply.
 """
 
-import importlib
-from typing import Any
+from streamrec.lazy import lazy_exports
 
-# Exports load on first use (PEP 562), so importing one module of the package, as the
-# pipe reader process or a DAG file does, does not import the whole stage.
 _EXPORTS = {
     "ClusterClient": "trainers.control_plane",
     "ClusterUnavailable": "trainers.errors",
@@ -26,10 +23,4 @@ _EXPORTS = {
     "exact_auc": "trainers.metrics",
     "metrics_from_stats": "trainers.metrics",
 }
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

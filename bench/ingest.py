@@ -1,0 +1,115 @@
+"""Events/s of the pass builder against a bare kafka-python consume loop on the same topic,
+in the same run, on a local broker. Prints both, then ``RESULT ingest_ratio <builder/bare>``.
+
+    .venv/bin/python bench/ingest.py [--events-per-pass 50000] [--passes 4]
+
+Both read every message of the topic from the beginning with the same fetch settings and
+manual partition assignment (no consumer-group join, which takes ~5 s and would be
+measured for neither). The builder also validates each event, cuts windows, writes
+Parquet slices and assembles the passes; the bare loop only receives the messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kafka import KafkaConsumer, TopicPartition
+from machine import hardware_line
+
+from streaming.pass_builder import PassBuilder
+from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
+from streaming.topics import ensure_topic
+from streamrec.config import load_config, with_services
+from streamrec.local_services import start_broker
+
+REPO = Path(__file__).resolve().parent.parent
+FETCH = {
+    "max_poll_records": 5000,
+    "fetch_max_bytes": 16 * 1024 * 1024,
+    "auto_offset_reset": "earliest",
+}
+
+
+def _assigned(servers: str, topic: str, partitions: int) -> KafkaConsumer:
+    # a group id lets the builder commit offsets; assign() never joins the group
+    consumer = KafkaConsumer(
+        bootstrap_servers=servers, group_id="bench", enable_auto_commit=False, **FETCH
+    )
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    return consumer
+
+
+def bare_loop(servers: str, topic: str, partitions: int, total: int) -> float:
+    """Seconds to receive ``total`` messages."""
+    consumer = _assigned(servers, topic, partitions)
+    seen, start = 0, time.perf_counter()
+    while seen < total:
+        seen += sum(len(batch) for batch in consumer.poll(timeout_ms=500).values())
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events-per-pass", type=int, default=50_000)
+    parser.add_argument("--passes", type=int, default=4)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        broker = start_broker(root / "services")
+        try:
+            base = load_config(REPO / "configs" / "pipeline.yaml")
+            cfg = with_services(base, broker.address, "redis://unused")
+            cfg = cfg.model_copy(
+                update={
+                    "join": cfg.join.model_copy(update={"mode": "label_in_impression"}),
+                    "synthetic": cfg.synthetic.model_copy(
+                        update={"events_per_pass": args.events_per_pass}
+                    ),
+                    "paths": cfg.paths.model_copy(update={"data_root": root / "data"}),
+                }
+            )
+            topic, partitions = cfg.kafka.impressions_topic, cfg.kafka.partitions
+            ensure_topic(broker.address, topic, partitions)
+            producer = make_producer(broker.address)
+            batches = list(synthetic_passes(cfg, "202601010000", args.passes))
+            total = sum(send_messages(producer, messages_for(cfg, b)) for _, b in batches)
+            producer.close()
+            last = batches[args.passes - 1][0]
+
+            bare = bare_loop(broker.address, topic, partitions, total)
+
+            def consumer() -> KafkaConsumer:
+                return _assigned(broker.address, topic, partitions)
+
+            builder = PassBuilder(cfg, consumer_factory=consumer)
+            builder.acquire([TopicPartition(topic, p) for p in range(partitions)])
+            start = time.perf_counter()
+            done = builder.run(until_pass=last, idle_timeout_s=60)
+            built = time.perf_counter() - start
+            builder.close()
+            rows = sum(m.rows for m in done)
+        finally:
+            broker.stop()
+    if len(done) < args.passes:
+        raise SystemExit(f"the builder completed {len(done)} of {args.passes} passes")
+    print(f"hardware: {hardware_line()}")
+    print(f"topic: {total:,} events in {partitions} partitions")
+    print(f"builder: {len(done)} passes, {rows:,} rows written")
+    print(f"  bare kafka-python consume loop   {bare:6.2f}s {total / bare:>10,.0f} events/s")
+    print(f"  pass builder (parse, cut, write) {built:6.2f}s {total / built:>10,.0f} events/s")
+    print(f"RESULT ingest_ratio {bare / built:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
