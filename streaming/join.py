@@ -70,6 +70,7 @@ class PartitionJoin:
         self._clicks: dict[str, _Click] = {}  # event_id -> first click
         self._unmatched: dict[str, _Click] = {}
         self.counters = JoinCounters()
+        self.used_click_offsets: list[int] = []  # clicks that labelled the last closed window
 
     def is_replay(self, kind: str, offset: int) -> bool:
         return offset < self.replay_to.get(kind, -1)
@@ -120,12 +121,15 @@ class PartitionJoin:
     def close(self, window: str) -> list[dict[str, Any]]:
         """The labelled rows of ``window``; the window is closed from now on."""
         rows = list(self.pending.pop(window, {}).values())
+        self.used_click_offsets = []
         for row in rows:
             event_id = row["event_id"]
             del self._window_of[event_id]
             click = self._clicks.pop(event_id, None)
             if not self.click_join:
                 continue
+            if click is not None:
+                self.used_click_offsets.append(click.offset)
             delay = None if click is None else click.time_ms - row["event_time_ms"]
             row["label"] = int(delay is not None and delay <= self.label_window_ms)
             if delay is not None and delay > self.label_window_ms and not click.replayed:

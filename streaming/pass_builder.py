@@ -327,7 +327,13 @@ class PassBuilder:
             lowest = state.join.lowest_needed(kind)
             resume[topic] = read_to if lowest is None else min(lowest, read_to)
             consumed[topic] = read_to
-        rows_range = _ranges(table)
+        offsets = {}
+        if (rows_range := _ranges(table)) is not None:
+            offsets[self.topics[IMPRESSIONS]] = rows_range
+        if used := state.join.used_click_offsets:
+            offsets[self.topics[CLICKS]] = PartitionRange(
+                first=min(used), last=max(used), rows=len(used)
+            )
         self._dlq.flush()  # dead letters counted in this slice are durable before it is
         try:
             write_slice(
@@ -338,7 +344,7 @@ class PassBuilder:
                 table,
                 self._slice_parts,
                 {
-                    "offsets": {self.topics[IMPRESSIONS]: rows_range} if rows_range else {},
+                    "offsets": offsets,
                     "resume_offsets": resume,
                     "consumed_to": consumed,
                     "counts": EventCounts(**counts.as_fields()),

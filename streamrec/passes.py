@@ -149,7 +149,10 @@ class SliceManifest(BaseModel):
     rows: int
     positives: int
     parts: list[PartInfo]
-    offsets: dict[str, PartitionRange] = Field(description="topic -> offsets of the rows.")
+    offsets: dict[str, PartitionRange] = Field(
+        description="topic -> offsets of what this slice holds: its impressions, and the "
+        "clicks that labelled them."
+    )
     resume_offsets: dict[str, int] = Field(
         description="topic -> offset to consume from after this slice: the lowest offset still "
         "held for a later window, else the next unread offset."

@@ -130,6 +130,10 @@ def test_click_join_labels_match_the_generator(make_config) -> None:
     counted = sum(m.counts.late_clicks + m.counts.unmatched_clicks for m in done)
     assert counted == clicks_late
     assert all(m.counts.duplicate_clicks == 0 for m in done)
+    for m in done:  # both topics' offsets are in every manifest, per partition
+        assert set(m.offsets) == {cfg.kafka.impressions_topic, cfg.join.clicks_topic}
+        clicks = m.offsets[cfg.join.clicks_topic]
+        assert sum(r.rows for r in clicks.values()) >= m.positives
 
 
 def test_sigkilled_builder_writes_every_event_exactly_once(make_config, tmp_path: Path) -> None:

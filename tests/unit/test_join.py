@@ -29,6 +29,8 @@ def test_clicks_inside_the_window_label_positive() -> None:
     j.add_click("a", T1 + 5000, 2)  # earlier duplicate: first click wins
     rows = {r["event_id"]: r["label"] for r in j.close(W1)}
     assert rows == {"a": 1, "b": 0, "c": 0}
+    # a kept its earliest click but the lowest offset of its two (so a resume re-reads both)
+    assert sorted(j.used_click_offsets) == [0, 1]
     c = j.take_counters()
     assert (c.late_clicks, c.duplicate_clicks, c.unmatched_clicks) == (1, 1, 0)
     assert j.closed_through == W1
