@@ -1,6 +1,6 @@
 """Per-partition join state: impressions wait for their label window, clicks attach to them.
 
-Pure logic on plain values (no Kafka, no files), so it is tested directly. One
+Pure logic on Arrow tables and plain values (no Kafka, no files), so it is tested directly. One
 ``PartitionJoin`` owns partition ``p`` of the impressions topic and, in ``click_join`` mode,
 partition ``p`` of the clicks topic (both keyed by ``event_id``, so they are co-partitioned).
 
@@ -21,6 +21,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 @dataclass
@@ -82,20 +85,48 @@ class PartitionJoin:
         self.counters.malformed[reason] += 1
         return True
 
-    def add_impression(self, window: str, row: dict[str, Any]) -> None:
-        """Buffer an impression row (with ``kafka_offset``) for ``window``."""
-        if self.closed_through is not None and window <= self.closed_through:
-            if not self.is_replay("impressions", row["kafka_offset"]):
-                self.counters.late_impressions += 1
+    def add_impressions(self, windows: list[str], table: pa.Table) -> None:
+        """Buffer a batch of impression rows (pass columns); ``windows[i]`` is row i's."""
+        closed, replay_to = self.closed_through, self.replay_to.get("impressions", -1)
+        window_of, unmatched = self._window_of, self._unmatched
+        ids = table.column("event_id").to_pylist()
+        distinct_windows, fresh = set(windows), set(ids)
+        if (
+            (closed is None or min(distinct_windows) > closed)
+            and len(fresh) == len(ids)
+            and fresh.isdisjoint(window_of)
+        ):  # the usual batch: nothing late, nothing repeated; no loop per row needed
+            window_of.update(zip(ids, windows, strict=True))
+            for event_id in fresh.intersection(unmatched) if unmatched else ():
+                self._clicks[event_id] = unmatched.pop(event_id)
+            if len(distinct_windows) == 1:
+                self.pending.setdefault(windows[0], []).append(table)
+            else:
+                labels = pa.array(windows)
+                for window in sorted(distinct_windows):
+                    part = table.filter(pc.equal(labels, window))
+                    self.pending.setdefault(window, []).append(part)
             return
-        event_id = row["event_id"]
-        if event_id in self._window_of:
-            return  # the same impression twice (producer retry without idempotence)
-        self.pending.setdefault(window, {})[event_id] = row
-        self._window_of[event_id] = window
-        orphan = self._unmatched.pop(event_id, None)
-        if orphan is not None:
-            self._clicks[event_id] = orphan
+        groups: dict[str, list[int]] = {}
+        offsets = table.column("kafka_offset").to_pylist()
+        for i, (event_id, window, offset) in enumerate(zip(ids, windows, offsets, strict=True)):
+            if closed is not None and window <= closed:
+                if offset >= replay_to:
+                    self.counters.late_impressions += 1
+                continue
+            if event_id in window_of:
+                continue  # the same impression twice (a producer retry without idempotence)
+            window_of[event_id] = window
+            if unmatched and (orphan := unmatched.pop(event_id, None)) is not None:
+                self._clicks[event_id] = orphan
+            groups.setdefault(window, []).append(i)
+        for window, rows in groups.items():
+            part = table if len(rows) == table.num_rows else table.take(rows)
+            self.pending.setdefault(window, []).append(part)
+
+    def add_impression(self, window: str, row: dict[str, Any]) -> None:
+        """Buffer one impression row."""
+        self.add_impressions([window], pa.Table.from_pylist([row]))
 
     def add_click(self, event_id: str, time_ms: int, offset: int) -> None:
         """Attach a click to its pending impression, or hold it until it expires."""
@@ -118,24 +149,32 @@ class PartitionJoin:
                 if not click.replayed:
                     self.counters.unmatched_clicks += 1
 
-    def close(self, window: str) -> list[dict[str, Any]]:
-        """The labelled rows of ``window``; the window is closed from now on."""
-        rows = list(self.pending.pop(window, {}).values())
+    def close(self, window: str) -> pa.Table | None:
+        """The labelled rows of ``window`` (None when it has none); it is closed from now on."""
+        parts = self.pending.pop(window, [])
         self.used_click_offsets = []
-        for row in rows:
-            event_id = row["event_id"]
-            del self._window_of[event_id]
-            click = self._clicks.pop(event_id, None)
-            if not self.click_join:
-                continue
-            if click is not None:
-                self.used_click_offsets.append(click.offset)
-            delay = None if click is None else click.time_ms - row["event_time_ms"]
-            row["label"] = int(delay is not None and delay <= self.label_window_ms)
-            if delay is not None and delay > self.label_window_ms and not click.replayed:
-                self.counters.late_clicks += 1
         self.closed_through = window
-        return rows
+        if not parts:
+            return None
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        ids = table.column("event_id").to_pylist()
+        for event_id in ids:
+            del self._window_of[event_id]
+        if not self.click_join:
+            return table
+        labels = []
+        for event_id, time_ms in zip(ids, table.column("event_time_ms").to_pylist(), strict=True):
+            click = self._clicks.pop(event_id, None)
+            if click is None:
+                labels.append(0)
+                continue
+            self.used_click_offsets.append(click.offset)
+            delay = click.time_ms - time_ms
+            labels.append(int(delay <= self.label_window_ms))
+            if delay > self.label_window_ms and not click.replayed:
+                self.counters.late_clicks += 1
+        index = table.schema.get_field_index("label")
+        return table.set_column(index, "label", pa.array(labels, table.schema.field(index).type))
 
     def take_counters(self) -> JoinCounters:
         """The counters since the last slice; they restart from zero."""
@@ -145,7 +184,9 @@ class PartitionJoin:
     def lowest_needed(self, kind: str) -> int | None:
         """Lowest offset of ``kind`` still held in memory (None: nothing held)."""
         if kind == "impressions":
-            offsets = [r["kafka_offset"] for rows in self.pending.values() for r in rows.values()]
+            offsets = [
+                pc.min(t["kafka_offset"]).as_py() for ts in self.pending.values() for t in ts
+            ]
         else:
             offsets = [c.offset for c in (*self._clicks.values(), *self._unmatched.values())]
         return min(offsets, default=None)

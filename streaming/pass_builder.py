@@ -29,13 +29,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.structs import OffsetAndMetadata
 
 from streaming.errors import MalformedEvent, StreamingError
-from streaming.events import parse_click, parse_event, pass_table_schema
+from streaming.events import (
+    decode_impression_batch,
+    parse_click,
+    parse_event,
+    pass_table_schema,
+)
 from streaming.join import PartitionJoin
 from streaming.slices import (
     SliceTaken,
@@ -238,29 +245,91 @@ class PassBuilder:
 
     # -- event time ------------------------------------------------------------------------
 
-    def _ingest(self, topic: str, partition: int, offset: int, value: bytes | None) -> None:
+    def _ingest(self, topic: str, partition: int, messages: list[Any]) -> None:
+        """Validate and buffer one poll's messages of one topic-partition."""
         state = self._owned.get(partition)
         if state is None:
             return  # revoked while the batch was in flight
-        kind = self._kind[topic]
-        max_bytes = self.cfg.kafka.max_message_bytes
-        try:
-            if kind == IMPRESSIONS:
+        if self._kind[topic] == CLICKS:
+            for m in messages:
+                self._ingest_click(state, topic, partition, m.offset, m.value)
+            return
+        values = [m.value for m in messages]
+        offsets = [m.offset for m in messages]
+        table = decode_impression_batch(
+            values,
+            offsets,
+            partition,
+            self.cfg.feature_schema,
+            self.cfg.kafka.max_message_bytes,
+            require_label=not self._click_join,
+        )
+        if table is not None:
+            times = table.column("event_time_ms")
+            newest = pc.max(times).as_py()
+            if newest <= self._future_limit_ms or newest <= self._refresh_future_limit():
+                windows = self._windows_of(times.to_numpy())
+                state.join.add_impressions(windows, table)
+                self._saw(state, IMPRESSIONS, newest)
+                return
+        self._ingest_impressions_one_by_one(state, topic, partition, offsets, values)
+
+    def _ingest_impressions_one_by_one(
+        self,
+        state: _Partition,
+        topic: str,
+        partition: int,
+        offsets: list[int],
+        values: list[bytes | None],
+    ) -> None:
+        """The slow path for a batch that holds a bad event: each message is judged alone,
+        and each bad one is dead-lettered with its reason."""
+        rows, windows, newest = [], [], 0
+        for offset, value in zip(offsets, values, strict=True):
+            try:
                 row = parse_event(
-                    value, self.cfg.feature_schema, max_bytes, require_label=not self._click_join
+                    value,
+                    self.cfg.feature_schema,
+                    self.cfg.kafka.max_message_bytes,
+                    require_label=not self._click_join,
                 )
                 event_ms = self._check_time(row["event_time_ms"])
-                row["kafka_partition"], row["kafka_offset"] = partition, offset
-                state.join.add_impression(self._window_of(event_ms), row)
-            else:
-                event_id, event_ms = parse_click(value, max_bytes)
-                state.join.add_click(event_id, self._check_time(event_ms), offset)
+            except MalformedEvent as e:
+                if state.join.malformed(IMPRESSIONS, offset, e.reason):
+                    self._dead_letter(topic, partition, offset, value, e)
+                continue
+            row["kafka_partition"], row["kafka_offset"] = partition, offset
+            rows.append(row)
+            windows.append(self._window_of(event_ms))
+            newest = max(newest, event_ms)
+        if rows:
+            state.join.add_impressions(
+                windows, pa.Table.from_pylist(rows, schema=self._arrow_schema)
+            )
+            self._saw(state, IMPRESSIONS, newest)
+
+    def _ingest_click(
+        self, state: _Partition, topic: str, partition: int, offset: int, value: bytes | None
+    ) -> None:
+        try:
+            event_id, event_ms = parse_click(value, self.cfg.kafka.max_message_bytes)
+            state.join.add_click(event_id, self._check_time(event_ms), offset)
         except MalformedEvent as e:
-            if state.join.malformed(kind, offset, e.reason):
+            if state.join.malformed(CLICKS, offset, e.reason):
                 self._dead_letter(topic, partition, offset, value, e)
             return
+        self._saw(state, CLICKS, event_ms)
+
+    @staticmethod
+    def _saw(state: _Partition, kind: str, event_ms: int) -> None:
         if event_ms > state.newest_ms.get(kind, 0):
             state.newest_ms[kind] = event_ms
+
+    def _windows_of(self, times: Any) -> list[str]:
+        """Pass ids of an array of event times (each distinct window formatted once)."""
+        numbers = times // self._window_ms
+        ids = {int(n): self._window_of(int(n) * self._window_ms) for n in np.unique(numbers)}
+        return [ids[n] for n in numbers.tolist()]
 
     def _window_of(self, event_ms: int) -> str:
         window = event_ms // self._window_ms
@@ -318,9 +387,10 @@ class PassBuilder:
 
     def _cut(self, partition: int, window: str) -> None:
         state = self._owned[partition]
-        rows = state.join.close(window)
+        table = state.join.close(window)
+        if table is None:
+            table = self._arrow_schema.empty_table()
         counts = state.join.take_counters()
-        table = pa.Table.from_pylist(rows, schema=self._arrow_schema)
         resume, consumed = {}, {}
         for kind, topic in self.topics.items():
             read_to = state.consumed_to.get(kind, state.resume.get(kind, 0))
@@ -439,8 +509,7 @@ class PassBuilder:
             elif idle_timeout_s is not None and now - last_data > idle_timeout_s:
                 break
             for tp, messages in records.items():
-                for m in messages:
-                    self._ingest(tp.topic, tp.partition, m.offset, m.value)
+                self._ingest(tp.topic, tp.partition, messages)
                 state = self._owned.get(tp.partition)
                 if state is not None:
                     kind = self._kind[tp.topic]

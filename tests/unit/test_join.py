@@ -27,7 +27,7 @@ def test_clicks_inside_the_window_label_positive() -> None:
     j.add_click("a", T1 + 1000 + WINDOW, 0)  # exactly at the window edge: counts
     j.add_click("b", T1 + 2000 + WINDOW + 1, 1)  # one ms late
     j.add_click("a", T1 + 5000, 2)  # earlier duplicate: first click wins
-    rows = {r["event_id"]: r["label"] for r in j.close(W1)}
+    rows = {r["event_id"]: r["label"] for r in j.close(W1).to_pylist()}
     assert rows == {"a": 1, "b": 0, "c": 0}
     # a kept its earliest click but the lowest offset of its two (so a resume re-reads both)
     assert sorted(j.used_click_offsets) == [0, 1]
@@ -40,7 +40,7 @@ def test_click_before_its_impression_still_joins() -> None:
     j = _join()
     j.add_click("a", T1 + 9000, 0)
     j.add_impression(W1, _imp("a", T1 + 1000, 5))
-    assert [r["label"] for r in j.close(W1)] == [1]
+    assert j.close(W1).column("label").to_pylist() == [1]
     assert j.lowest_needed("clicks") is None
 
 
@@ -65,10 +65,11 @@ def test_late_impressions_count_but_replays_do_not() -> None:
     assert j.malformed("impressions", 11, "bad_json") is True
     c = j.take_counters()
     assert (c.late_impressions, c.unmatched_clicks, dict(c.malformed)) == (1, 0, {"bad_json": 1})
-    assert j.lowest_needed("impressions") == 9 and [r["event_id"] for r in j.close(W2)] == ["new"]
+    assert j.lowest_needed("impressions") == 9
+    assert j.close(W2).column("event_id").to_pylist() == ["new"]
 
 
 def test_label_in_impression_mode_keeps_labels() -> None:
     j = PartitionJoin(click_join=False, label_window_ms=0, closed_through=None, replay_to={})
     j.add_impression(W1, {**_imp("a", T1, 0), "label": 1})
-    assert [r["label"] for r in j.close(W1)] == [1]
+    assert j.close(W1).column("label").to_pylist() == [1]
