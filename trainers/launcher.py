@@ -87,8 +87,14 @@ class LocalCluster:
             self.log_dir,
         )
         with open(self.log_dir / "fleetrun.log", "ab") as out:
+            # cwd: Paddle writes train_desc / http.log files into the working directory
             self._proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                cwd=self.log_dir,
             )
         deadline = time.monotonic() + c.start_timeout_seconds
         while time.monotonic() < deadline:

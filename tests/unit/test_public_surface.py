@@ -49,4 +49,5 @@ assert not bad, bad
 def test_stage_imports_flow_one_way(module: str, forbidden: tuple[str, ...]) -> None:
     """A stage imports only earlier stages and the core; the core imports no stage."""
     code = _PROBE.format(module=module, forbidden=forbidden)
-    subprocess.run([sys.executable, "-c", code], check=True)
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert probe.returncode == 0, probe.stderr
