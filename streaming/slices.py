@@ -123,15 +123,13 @@ def latest_slice(data_root: Path, partition: int, pass_minutes: int) -> SliceMan
     return read_slice(slice_dir(data_root, newest, partition))
 
 
-def slice_pass_ids(data_root: Path, since: str | None = None) -> set[str]:
-    """Pass ids that have at least one slice (newer than ``since``)."""
+def slice_pass_ids(data_root: Path) -> set[str]:
+    """Pass ids that have at least one slice."""
     root = slices_root(data_root)
     if not root.is_dir():
         return set()
-    days = sorted(d for d in root.iterdir() if d.is_dir() and d.name.isdigit())
-    if since is not None:
-        days = [d for d in days if d.name >= since[:8]]
-    return {p.name for d in days for p in d.iterdir() if since is None or p.name > since}
+    days = [d for d in root.iterdir() if d.is_dir() and d.name.isdigit()]
+    return {p.name for d in days for p in d.iterdir() if not p.name.startswith(".")}
 
 
 def _link(src: Path, dst: Path) -> None:
