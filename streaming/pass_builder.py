@@ -131,6 +131,7 @@ class PassBuilder:
         self._window_ms = self._minutes * 60_000
         self._window_ids: dict[int, str] = {}  # window number -> pass id
         self._future_limit_ms = 0.0
+        self._dlq_unflushed = False
         self._known: set[str] = set()
         self._next_scan = 0.0
         self.partitions = self._prepare_topics()
@@ -177,6 +178,7 @@ class PassBuilder:
         self, topic: str, partition: int, offset: int, raw: bytes | None, error: MalformedEvent
     ) -> None:
         source = f"{topic}/{partition}/{offset}"
+        self._dlq_unflushed = True
         self._dlq.send(
             topic + self.cfg.kafka.dlq_suffix,
             key=source.encode(),
@@ -404,7 +406,9 @@ class PassBuilder:
             offsets[self.topics[CLICKS]] = PartitionRange(
                 first=min(used), last=max(used), rows=len(used)
             )
-        self._dlq.flush()  # dead letters counted in this slice are durable before it is
+        if self._dlq_unflushed:  # dead letters counted in this slice are durable before it is
+            self._dlq.flush()
+            self._dlq_unflushed = False
         try:
             write_slice(
                 self._root,
@@ -426,7 +430,8 @@ class PassBuilder:
             return
         state.resume = {self._kind[t]: o for t, o in resume.items()}
         self._known.add(window)
-        self._consumer.commit(
+        # asynchronous: the slice manifests, not the group's commits, are where we resume
+        self._consumer.commit_async(
             {
                 TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
                 for topic, offset in resume.items()
