@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import BaseModel
 
 from streaming.errors import StreamingError
 from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for, write_text_atomic
@@ -53,6 +54,19 @@ class SliceTaken(StreamingError):
     def __init__(self, existing: SliceManifest) -> None:
         super().__init__(f"slice {existing.pass_id}/p{existing.partition} already exists")
         self.existing = existing
+
+
+def _publish(tmp: Path, final: Path, manifest_name: str, manifest: BaseModel) -> bool:
+    """Write the manifest and the donefile into ``tmp`` and rename it to ``final``. False when
+    another writer published ``final`` first (``tmp`` is then removed)."""
+    (tmp / manifest_name).write_text(manifest_json(manifest))
+    (tmp / SUCCESS_NAME).touch()
+    try:
+        publish_dir(tmp, final)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return False
+    return True
 
 
 def parts_per_slice(parts_per_pass: int, partitions: int) -> int:
@@ -91,13 +105,8 @@ def write_slice(
         created_at=datetime.now(UTC).isoformat(),
         **fields,
     )
-    (tmp / SLICE_MANIFEST_NAME).write_text(manifest_json(manifest))
-    (tmp / SUCCESS_NAME).touch()
-    try:
-        publish_dir(tmp, final)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SliceTaken(read_slice(final)) from None
+    if not _publish(tmp, final, SLICE_MANIFEST_NAME, manifest):
+        raise SliceTaken(read_slice(final))
     write_text_atomic(latest_slice_index(data_root, partition), json.dumps({"pass_id": pass_id}))
     return manifest
 
@@ -187,12 +196,7 @@ def assemble_pass(
         created_at=datetime.now(UTC).isoformat(),
         **by_topic,
     )
-    (tmp / MANIFEST_NAME).write_text(manifest_json(manifest))
-    (tmp / SUCCESS_NAME).touch()
-    try:
-        publish_dir(tmp, final)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
+    if not _publish(tmp, final, MANIFEST_NAME, manifest):
         return read_manifest(final)
     log.info("pass %s complete: %d rows from %d partitions", pass_id, manifest.rows, partitions)
     return manifest

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +38,7 @@ MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 SLICE_MANIFEST_NAME = "_slice.json"
 _ID_FORMAT = "%Y%m%d%H%M"
+M = TypeVar("M", bound=BaseModel)
 
 
 def compose_pass_id(event_time_ms: int, pass_minutes: int) -> str:
@@ -191,24 +193,23 @@ class PassManifest(BaseModel):
     created_at: str
 
 
+def _read(directory: Path, name: str, model: type[M], what: str) -> M:
+    if not is_complete(directory):
+        raise ContractError(f"{directory} has no {SUCCESS_NAME}: the {what} is not complete")
+    try:
+        return model.model_validate_json((directory / name).read_text())
+    except (OSError, ValueError) as e:
+        raise ContractError(f"{directory / name}: unreadable manifest: {e}") from e
+
+
 def read_manifest(directory: Path) -> PassManifest:
     """The manifest of a complete pass directory."""
-    if not is_complete(directory):
-        raise ContractError(f"{directory} has no {SUCCESS_NAME}: the pass is not complete")
-    try:
-        return PassManifest.model_validate_json((directory / MANIFEST_NAME).read_text())
-    except (OSError, ValueError) as e:
-        raise ContractError(f"{directory / MANIFEST_NAME}: unreadable manifest: {e}") from e
+    return _read(directory, MANIFEST_NAME, PassManifest, "pass")
 
 
 def read_slice(directory: Path) -> SliceManifest:
     """The manifest of a complete slice directory."""
-    if not is_complete(directory):
-        raise ContractError(f"{directory} has no {SUCCESS_NAME}: the slice is not complete")
-    try:
-        return SliceManifest.model_validate_json((directory / SLICE_MANIFEST_NAME).read_text())
-    except (OSError, ValueError) as e:
-        raise ContractError(f"{directory / SLICE_MANIFEST_NAME}: unreadable manifest: {e}") from e
+    return _read(directory, SLICE_MANIFEST_NAME, SliceManifest, "slice")
 
 
 def manifest_json(manifest: BaseModel) -> str:
