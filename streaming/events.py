@@ -141,18 +141,21 @@ def normalize_event(event: Any, schema: SchemaConfig, require_label: bool = True
     return row
 
 
-_LAYOUTS: dict[int, tuple[tuple[tuple[str, bool, str], ...], tuple[tuple[str, float], ...]]] = {}
+Layout = tuple[tuple[tuple[str, bool, str], ...], tuple[tuple[str, float], ...]]
+_last_layout: tuple[SchemaConfig, Layout] | None = None
 
 
-def _layout(schema: SchemaConfig):
-    """Plain tuples of the schema's slots and features (read for every event)."""
-    key = id(schema)
-    if key not in _LAYOUTS:
-        _LAYOUTS[key] = (
+def _layout(schema: SchemaConfig) -> Layout:
+    """Plain tuples of the schema's slots and features, read for every event. Cached for the
+    last schema seen; the cache holds the schema itself, so identity cannot be mistaken."""
+    global _last_layout
+    if _last_layout is None or _last_layout[0] is not schema:
+        layout = (
             tuple((s.name, s.multi, s.default) for s in schema.sparse),
             tuple((d.name, d.default) for d in schema.dense),
         )
-    return _LAYOUTS[key]
+        _last_layout = (schema, layout)
+    return _last_layout[1]
 
 
 def parse_event(
@@ -187,10 +190,6 @@ def _json_schema(schema: SchemaConfig) -> pa.Schema:
             pa.field("dense", dense),
         ]
     )
-
-
-def _field(struct: pa.StructArray, name: str) -> pa.Array:
-    return pc.struct_field(struct, name)
 
 
 def decode_impression_batch(
@@ -243,7 +242,7 @@ def decode_impression_batch(
         "kafka_offset": pa.array(offsets, pa.int64()),
     }
     for slot in schema.sparse:
-        col = _field(sparse, slot.name)
+        col = pc.struct_field(sparse, slot.name)
         if col.null_count:  # missing and explicit null look alike here: parse_event decides
             return None
         if slot.multi:
@@ -255,7 +254,7 @@ def decode_impression_batch(
             col = pc.if_else(pc.equal(counts, 0), pa.scalar([slot.default], col.type), col)
         columns[slot.name] = col
     for feat in schema.dense:
-        col = _field(dense, feat.name)
+        col = pc.struct_field(dense, feat.name)
         if col.null_count or not pc.all(pc.is_finite(col)).as_py():
             return None
         columns[feat.name] = col

@@ -106,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     exe = paddle.static.Executor(place)
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
-    ctx = WorkerContext(
-        cfg, args.config.resolve(), graph, exe, fleet.worker_index(), fleet.worker_num()
-    )
+    ctx = WorkerContext(cfg, graph, exe, fleet.worker_index(), fleet.worker_num())
     channel = WorkerChannel(
         connect(cfg.redis.url), RedisKeys(cfg.name), ctx.rank, cfg.cluster.heartbeat_seconds
     )

@@ -52,7 +52,6 @@ class WorkerContext:
     """Everything a worker's steps need, built once at start."""
 
     cfg: PipelineConfig
-    config_path: Path
     graph: ModelGraph
     exe: Any
     rank: int
