@@ -132,7 +132,8 @@ class PassBuilder:
         self._window_ids: dict[int, str] = {}  # window number -> pass id
         self._future_limit_ms = 0.0
         self._dlq_unflushed = False
-        self._known: set[str] = set()
+        self._known: set[str] = set()  # pass ids with at least one slice
+        self._complete: set[str] = set()  # ... of which the pass directory exists
         self._next_scan = 0.0
         self.partitions = self._prepare_topics()
         self._slice_parts = parts_per_slice(cfg.passes.parts_per_pass, self.partitions)
@@ -484,13 +485,15 @@ class PassBuilder:
 
     def _assemble(self) -> list[PassManifest]:
         done = []
-        for pass_id in sorted(self._known):
+        for pass_id in sorted(self._known - self._complete):
             if is_complete(pass_dir(self._root, pass_id)):
+                self._complete.add(pass_id)  # never looked at again on this hot path
                 continue
             manifest = assemble_pass(
                 self._root, pass_id, self.partitions, self.cfg.feature_schema.version, self._minutes
             )
             if manifest is not None:
+                self._complete.add(pass_id)
                 done.append(manifest)
         return done
 
