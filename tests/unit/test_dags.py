@@ -10,7 +10,7 @@ def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
 
     bag = DagBag(dag_folder=str(repo / "dags"))
     assert bag.import_errors == {}
-    dag = bag.get_dag("streamrec_pass")
+    dag = bag.dags["streamrec_pass"]  # from the parsed files, no metadata DB needed
     assert set(dag.task_ids) == {
         "wait_pass",
         "train_pass",
