@@ -25,22 +25,17 @@ from machine import hardware_line
 
 from streaming.pass_builder import PassBuilder
 from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
-from streaming.topics import ensure_topic
+from streaming.topics import CONSUMER_FETCH, ensure_topic
 from streamrec.config import load_config, with_services
 from streamrec.local_services import start_broker
 
 REPO = Path(__file__).resolve().parent.parent
-FETCH = {
-    "max_poll_records": 5000,
-    "fetch_max_bytes": 16 * 1024 * 1024,
-    "auto_offset_reset": "earliest",
-}
 
 
 def _assigned(servers: str, topic: str, partitions: int) -> KafkaConsumer:
     # a group id lets the builder commit offsets; assign() never joins the group
     consumer = KafkaConsumer(
-        bootstrap_servers=servers, group_id="bench", enable_auto_commit=False, **FETCH
+        bootstrap_servers=servers, group_id="bench", enable_auto_commit=False, **CONSUMER_FETCH
     )
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)

@@ -213,7 +213,9 @@ def decode_impression_batch(
     try:
         table = pajson.read_json(
             pa.BufferReader(buf),
-            read_options=pajson.ReadOptions(block_size=max(1 << 20, len(buf) + 1)),
+            read_options=pajson.ReadOptions(
+                block_size=max(1 << 20, len(buf) + 1), use_threads=False
+            ),
             parse_options=pajson.ParseOptions(
                 explicit_schema=_json_schema(schema), unexpected_field_behavior="ignore"
             ),

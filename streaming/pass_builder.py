@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from streaming.slices import (
     slice_pass_ids,
     write_slice,
 )
-from streaming.topics import HEARTBEAT_MS, ensure_topic, partition_count
+from streaming.topics import CONSUMER_FETCH, HEARTBEAT_MS, ensure_topic, partition_count
 from streamrec.atomic_fs import remove_stale_temps
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
 from streamrec.errors import StreamrecError
@@ -74,6 +75,7 @@ log = logging.getLogger(__name__)
 IMPRESSIONS, CLICKS = "impressions", "clicks"
 STALE_TEMP_SECONDS = 600
 RESCAN_SECONDS = 2.0
+POLL_MS, IN_FLIGHT_POLL_MS = 500, 50
 
 
 @dataclass
@@ -85,6 +87,29 @@ class _Partition:
     consumed_to: dict[str, int] = field(default_factory=dict)
     newest_ms: dict[str, int] = field(default_factory=dict)
     last_seen: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class _Batch:
+    """One poll's messages of one topic-partition, on their way into the join."""
+
+    state: _Partition  # the owner's state when polled; a different one means "drop"
+    topic: str
+    partition: int
+    kind: str
+    messages: list[Any]
+    received: float
+    decoded: Future[pa.Table | None] | None = None  # impressions: the Arrow decode
+
+
+@dataclass
+class _SliceWrite:
+    """A slice being written in the writer thread."""
+
+    future: Future[Any]
+    state: _Partition
+    window: str
+    resume: dict[str, int]  # topic -> resume offset, adopted once the slice is durable
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -139,6 +164,9 @@ class PassBuilder:
         self._slice_parts = parts_per_slice(cfg.passes.parts_per_pass, self.partitions)
         for day in slices_root(self._root).glob("*/*"):
             remove_stale_temps(day, STALE_TEMP_SECONDS)
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write")
+        self._writing: dict[int, _SliceWrite] = {}  # partition -> its slice in flight
         self._dlq = (dlq_factory or self._default_dlq)()
         self._consumer = (consumer_factory or self._default_consumer)()
 
@@ -162,9 +190,7 @@ class PassBuilder:
             bootstrap_servers=self.cfg.kafka.bootstrap_servers,
             group_id=self.cfg.kafka.consumer_group,
             enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=5000,
-            fetch_max_bytes=16 * 1024 * 1024,
+            **CONSUMER_FETCH,
             partition_assignment_strategy=[RangePartitionAssignor],
             session_timeout_ms=self.cfg.kafka.session_timeout_ms,
             heartbeat_interval_ms=min(HEARTBEAT_MS, self.cfg.kafka.session_timeout_ms // 3),
@@ -237,8 +263,10 @@ class PassBuilder:
             self._seek(tp.partition, self._owned[tp.partition], [tp])
 
     def release(self, revoked: Any) -> None:
-        """Forget revoked partitions; their next owner resumes from their newest slice."""
+        """Forget revoked partitions; their next owner resumes from their newest slice
+        (a slice still being written is finished first, so the next owner sees it)."""
         for tp in revoked:
+            self._finish_write(tp.partition)
             self._owned.pop(tp.partition, None)
 
     def _resync(self, partition: int) -> None:
@@ -248,25 +276,41 @@ class PassBuilder:
 
     # -- event time ------------------------------------------------------------------------
 
-    def _ingest(self, topic: str, partition: int, messages: list[Any]) -> None:
-        """Validate and buffer one poll's messages of one topic-partition."""
+    def _submit(self, topic: str, partition: int, messages: list[Any], now: float) -> _Batch | None:
+        """Start decoding one poll's messages of one topic-partition in the decoder thread
+        (Arrow parses without the GIL, so this overlaps with the next poll)."""
         state = self._owned.get(partition)
         if state is None:
-            return  # revoked while the batch was in flight
-        if self._kind[topic] == CLICKS:
-            for m in messages:
-                self._ingest_click(state, topic, partition, m.offset, m.value)
+            return None  # revoked while the batch was in flight
+        batch = _Batch(state, topic, partition, self._kind[topic], messages, now)
+        if batch.kind == IMPRESSIONS:
+            batch.decoded = self._decoder.submit(
+                decode_impression_batch,
+                [m.value for m in messages],
+                [m.offset for m in messages],
+                partition,
+                self.cfg.feature_schema,
+                self.cfg.kafka.max_message_bytes,
+                require_label=not self._click_join,
+            )
+        return batch
+
+    def _apply(self, batch: _Batch) -> None:
+        """Validate and buffer a submitted batch; dropped if its partition changed hands or
+        was resynced since the poll (the consumer was sought back to re-read it)."""
+        state, partition, messages = batch.state, batch.partition, batch.messages
+        if self._owned.get(partition) is not state:
             return
-        values = [m.value for m in messages]
-        offsets = [m.offset for m in messages]
-        table = decode_impression_batch(
-            values,
-            offsets,
-            partition,
-            self.cfg.feature_schema,
-            self.cfg.kafka.max_message_bytes,
-            require_label=not self._click_join,
-        )
+        if batch.kind == CLICKS:
+            for m in messages:
+                self._ingest_click(state, batch.topic, partition, m.offset, m.value)
+        else:
+            self._ingest_impressions(state, batch)
+        state.consumed_to[batch.kind] = messages[-1].offset + 1
+        state.last_seen[batch.kind] = batch.received
+
+    def _ingest_impressions(self, state: _Partition, batch: _Batch) -> None:
+        table = batch.decoded.result() if batch.decoded else None
         if table is not None:
             times = table.column("event_time_ms")
             newest = pc.max(times).as_py()
@@ -275,7 +319,13 @@ class PassBuilder:
                 state.join.add_impressions(windows, table)
                 self._saw(state, IMPRESSIONS, newest)
                 return
-        self._ingest_impressions_one_by_one(state, topic, partition, offsets, values)
+        self._ingest_impressions_one_by_one(
+            state,
+            batch.topic,
+            batch.partition,
+            [m.offset for m in batch.messages],
+            [m.value for m in batch.messages],
+        )
 
     def _ingest_impressions_one_by_one(
         self,
@@ -410,34 +460,58 @@ class PassBuilder:
         if self._dlq_unflushed:  # dead letters counted in this slice are durable before it is
             self._dlq.flush()
             self._dlq_unflushed = False
+        # Parquet, checksums and fsync run in the writer thread (mostly without the GIL)
+        # while this one polls; a partition has at most one slice in flight, finished (and
+        # only then committed) before it cuts again or changes hands.
+        future = self._writer.submit(
+            write_slice,
+            self._root,
+            self.cfg.feature_schema.version,
+            window,
+            partition,
+            table,
+            self._slice_parts,
+            {
+                "offsets": offsets,
+                "resume_offsets": resume,
+                "consumed_to": consumed,
+                "counts": EventCounts(**counts.as_fields()),
+            },
+        )
+        self._writing[partition] = _SliceWrite(future, state, window, resume)
+
+    def _finish_write(self, partition: int, wait: bool = True) -> bool:
+        """Settle ``partition``'s slice in flight, if any. False when the partition cannot
+        cut now: the write is still running (``wait=False``), or it lost to someone else's
+        slice and the partition was resynced from that one."""
+        write = self._writing.get(partition)
+        if write is None:
+            return True
+        if not wait and not write.future.done():
+            return False
+        del self._writing[partition]
         try:
-            write_slice(
-                self._root,
-                self.cfg.feature_schema.version,
-                window,
-                partition,
-                table,
-                self._slice_parts,
-                {
-                    "offsets": offsets,
-                    "resume_offsets": resume,
-                    "consumed_to": consumed,
-                    "counts": EventCounts(**counts.as_fields()),
-                },
-            )
+            write.future.result()
         except SliceTaken as taken:
             log.warning("%s; partition %d resumes from it", taken, partition)
-            self._resync(partition)
-            return
-        state.resume = {self._kind[t]: o for t, o in resume.items()}
-        self._known.add(window)
-        # asynchronous: the slice manifests, not the group's commits, are where we resume
-        self._consumer.commit_async(
-            {
-                TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
-                for topic, offset in resume.items()
-            }
-        )
+            if self._owned.get(partition) is write.state:
+                self._resync(partition)
+            return False
+        self._known.add(write.window)
+        if self._owned.get(partition) is write.state:
+            write.state.resume = {self._kind[t]: o for t, o in write.resume.items()}
+            # asynchronous: the slice manifests, not the group's commits, are where we resume
+            self._consumer.commit_async(
+                {
+                    TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
+                    for topic, offset in write.resume.items()
+                }
+            )
+        return True
+
+    def _finish_writes(self) -> None:
+        for partition in list(self._writing):
+            self._finish_write(partition)
 
     def _cut_ready(self, partition: int) -> None:
         """Cut every window of ``partition`` that is complete, oldest first, with no gaps."""
@@ -453,19 +527,18 @@ class PassBuilder:
             return window_ms(window, self._minutes)[1] + self._label_delay_ms <= watermark
 
         ready = [w for w in candidates if complete(w)]
-        if not ready:
+        if not ready or not self._finish_write(partition, wait=False):
             return
+        state = self._owned[partition]
+        closed = state.join.closed_through
         newest = max(ready)
         window = min(candidates) if closed is None else next_pass_id(closed, self._minutes)
-        while window <= newest and partition in self._owned:
+        while window <= newest:
             window = self._skip_long_gap(partition, window, candidates)
             self._cut(partition, window)
-            closed = (
-                self._owned[partition].join.closed_through if partition in self._owned else None
-            )
-            if closed is None or closed < window:
-                return  # the partition was resynced from someone else's slice
             window = next_pass_id(window, self._minutes)
+            if window <= newest and not self._finish_write(partition):
+                return  # the partition was resynced from someone else's slice
 
     def _skip_long_gap(self, partition: int, window: str, candidates: set[str]) -> str:
         """``window``, or the next window with data when more than ``max_gap_passes`` empty
@@ -507,29 +580,35 @@ class PassBuilder:
         ``idle_timeout_s``, or ``stop`` is set. Returns the passes this builder completed."""
         completed: list[PassManifest] = []
         last_data = time.monotonic()
+        in_flight: list[_Batch] = []  # the previous poll's batches, decoding
         while not (stop and stop.is_set()):
-            if until_pass and is_complete(pass_dir(self._root, until_pass)):
-                break
-            records = self._consumer.poll(timeout_ms=500)
+            # with batches decoding or slices writing, poll briefly: they are settled after it
+            busy = in_flight or self._writing
+            records = self._consumer.poll(timeout_ms=IN_FLIGHT_POLL_MS if busy else POLL_MS)
             now = time.monotonic()
-            if records:
+            if records or in_flight:
                 last_data = now
             elif idle_timeout_s is not None and now - last_data > idle_timeout_s:
                 break
-            for tp, messages in records.items():
-                self._ingest(tp.topic, tp.partition, messages)
-                state = self._owned.get(tp.partition)
-                if state is not None:
-                    kind = self._kind[tp.topic]
-                    state.consumed_to[kind] = messages[-1].offset + 1
-                    state.last_seen[kind] = now
+            submitted = [self._submit(tp.topic, tp.partition, m, now) for tp, m in records.items()]
+            for batch in in_flight:
+                self._apply(batch)
+            in_flight = [b for b in submitted if b is not None]
             self._rescan()
             for partition in sorted(self._owned):
                 self._cut_ready(partition)
             completed += self._assemble()
-        return completed
+            if until_pass and is_complete(pass_dir(self._root, until_pass)):
+                break
+        for batch in in_flight:  # the consumer's positions are past them: keep them
+            self._apply(batch)
+        self._finish_writes()
+        return completed + self._assemble()
 
     def close(self) -> None:
+        self._finish_writes()
+        self._decoder.shutdown()
+        self._writer.shutdown()
         self._dlq.flush()
         self._dlq.close()
         self._consumer.close()
