@@ -7,9 +7,9 @@ start is the pass id (`YYYYMMDDHHMM`, UTC). Every task is a thin call into a pac
 | task | calls | outcome |
 | --- | --- | --- |
 | `wait_pass` | `passes.is_complete` | sensor (reschedule mode) until the pass has `_SUCCESS` |
-| `train_pass` | `ClusterClient.train` | progressive validation, then training, on the cluster |
+| `train_pass` | `ClusterClient.train` | progressive validation, training, checkpoint (delta/base) |
 | `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
-| `checkpoint` | `ClusterClient.checkpoint` | the cluster's tables saved after the pass |
+| `maintain` | `ClusterClient.maintain_if_day_ends` | after a day's last pass: shrink, daily save |
 | `export` | `ClusterClient.export`, `delivery.publish` | a verified artifact; skipped on reject |
 | `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
 
@@ -79,10 +79,11 @@ def streamrec_pass():
         return evaluate(_config(), train_result).to_dict()
 
     @task
-    def checkpoint(pass_id: str) -> dict[str, Any]:
+    def maintain(pass_id: str) -> dict[str, Any]:
         from trainers.control_plane import ClusterClient
 
-        return ClusterClient.from_config(_config()).checkpoint(pass_id)
+        cfg = _config()
+        return ClusterClient.from_config(cfg).maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
 
     @task
     def export(pass_id: str, decision: dict[str, Any]) -> str:
@@ -109,10 +110,10 @@ def streamrec_pass():
     pass_id = wait_pass()
     trained = train_pass(pass_id)
     decision = evaluate(trained)
-    saved = checkpoint(pass_id)
-    decision >> saved
+    maintained = maintain(pass_id)
+    decision >> maintained
     version = export(pass_id, decision)
-    saved >> version
+    maintained >> version
     deliver(version)
 
 

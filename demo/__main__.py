@@ -2,7 +2,7 @@
 
     streamrec-demo [--config configs/pipeline.yaml] [--passes 4]
 
-generator -> Kafka -> pass builder -> PS cluster (progressive AUC, training) -> checkpoint
+generator -> Kafka -> pass builder -> PS cluster (progressive AUC, training, checkpoint)
 -> quality gate -> artifact -> serving pointer -> a prediction from the served model.
 With ``embedded`` services in the config, a broker and a redis-server start on loopback and
 the config's data, checkpoint and model directories are emptied first (the embedded broker
@@ -93,7 +93,7 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
             _wait_for_pass(cfg, pass_id)
             trained = cluster.client.train(pass_id)
             decision = delivery.evaluate(cfg, trained)
-            cluster.client.checkpoint(pass_id)
+            cluster.client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
             delivered = ""
             if decision.passed:
                 raw = cluster.client.export(pass_id)["raw_export"]

@@ -127,6 +127,15 @@ class ClusterConfig(_Strict):
     heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period.")
 
 
+class CheckpointConfig(_Strict):
+    base_every_passes: int = Field(
+        6, ge=1, description="A full (base) checkpoint every N passes; deltas in between."
+    )
+    keep_bases: int = Field(
+        3, ge=1, description="Complete bases kept (with their deltas); older ones are deleted."
+    )
+
+
 class GateConfig(_Strict):
     min_auc: float = Field(0.6, ge=0, le=1, description="Lowest progressive AUC delivered.")
     max_auc_drop: float = Field(
@@ -200,6 +209,46 @@ class SparseTableConfig(_Strict):
         0, ge=0, description="Shows before a key gets its embedx part (0: at once)."
     )
     shard_num: int = Field(16, ge=1, description="Shards of the table (files per save).")
+    nonclk_coeff: float = Field(
+        0.1,
+        gt=0,
+        description="Score of a show without a click; with admission on, the chance that a "
+        "new key shown once (and not clicked) enters the table.",
+    )
+    click_coeff: float = Field(1.0, gt=0, description="Score of a click.")
+    show_click_decay_rate: float = Field(
+        0.98, gt=0, le=1, description="Show and click counts are multiplied by it at each shrink."
+    )
+    delete_threshold: float = Field(
+        0.0, ge=0, description="Shrink deletes keys whose decayed score is below this."
+    )
+    delete_after_unseen_days: int = Field(
+        30, ge=1, description="Shrink deletes keys not seen for more logical days than this."
+    )
+    delta_threshold: float = Field(
+        1e-4,
+        gt=0,
+        description="A key is in a delta checkpoint when its score grew by this since the last "
+        "save; keep it at most nonclk_coeff so one show is enough.",
+    )
+    delta_keep_days: int = Field(
+        16, ge=0, description="Keys unseen for more days than this are left out of deltas."
+    )
+    admission: bool = Field(
+        False,
+        description="Probabilistic admission of new keys: a push creates a key with "
+        "probability equal to its show/click score (capped at 1).",
+    )
+
+    @model_validator(mode="after")
+    def _deltas_hold_every_touched_key(self) -> SparseTableConfig:
+        if self.delta_threshold > self.nonclk_coeff:
+            raise ValueError(
+                f"sparse_table.delta_threshold ({self.delta_threshold}) is above nonclk_coeff "
+                f"({self.nonclk_coeff}): keys shown once would be missing from delta "
+                "checkpoints; lower delta_threshold"
+            )
+        return self
 
 
 class HyperParameters(_Strict):
@@ -222,9 +271,29 @@ class RunnerConfig(_Strict):
         "loads it into memory and shuffles it globally across workers first.",
     )
 
+    @field_validator("sync_mode")
+    @classmethod
+    def _sync_mode_runs(cls, v: str) -> str:
+        # Both found on a real cluster; docs/DECISIONS.md has the traces.
+        if v == "sync":
+            raise ValueError(
+                "'sync' crashes Paddle 2.6.2's CPU parameter server: every worker segfaults "
+                "in its first send_barrier, because the runtime creates no communicator for "
+                "sync mode. Use 'async'"
+            )
+        if v == "geo":
+            raise ValueError(
+                "'geo' in Paddle 2.6.2 keeps a fixed-size embedding on every worker "
+                "(GeoCommunicator rejects sparse_embedding's hashed 64-bit feature signs at "
+                "init_worker). Use 'async'"
+            )
+        return v
+
 
 class ModelConfig(_Strict):
-    model: Literal["ctr_dnn"] = Field(description="Model name, a key of trainers.models.MODELS.")
+    model: Literal["ctr_dnn", "wide_deep", "deepfm"] = Field(
+        description="Model name, a key of trainers.models.MODELS."
+    )
     runner: RunnerConfig = RunnerConfig()
     hyper_parameters: HyperParameters
 
@@ -241,6 +310,7 @@ class PipelineConfig(_Strict):
     passes: PassConfig
     paths: PathConfig
     cluster: ClusterConfig = ClusterConfig()
+    checkpoints: CheckpointConfig = CheckpointConfig()
     gate: GateConfig = GateConfig()
     synthetic: SyntheticConfig = SyntheticConfig()
 

@@ -74,6 +74,11 @@ def next_pass_id(pass_id: str, pass_minutes: int) -> str:
     return pass_id_at(parse_pass_id(pass_id) + timedelta(minutes=pass_minutes))
 
 
+def closes_day(pass_id: str, pass_minutes: int) -> bool:
+    """True for the last pass of a logical (UTC) day: the daily maintenance runs after it."""
+    return next_pass_id(pass_id, pass_minutes)[:8] != pass_id[:8]
+
+
 def pass_dir(data_root: Path, pass_id: str) -> Path:
     """Directory of ``pass_id`` under ``data_root``."""
     parse_pass_id(pass_id)

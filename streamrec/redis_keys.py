@@ -6,10 +6,13 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
     command:<command_id>           HASH    kind, pass_id, status (queued|done|failed), result
                                            (JSON), error, and per worker ack:<rank>, result:<rank>
     pass:<pass_id>                 HASH    per-pass status: state, rows, metrics (JSON),
-                                           checkpoint, export, gate, delivered_version
+                                           train (with its checkpoint), maintain, export, gate,
+                                           delivered_version
     heartbeat:<role>:<rank>        STRING  JSON {pid, ts, state}, expires after a few periods
     cursor:<role>:<rank>           STRING  id of the last command this worker finished
-    done:<kind>:<pass_id>          STRING  the command id that completed <kind> for the pass
+    done:<kind>:<pass_id>          STRING  the command id that completed <kind> for the pass;
+                                           train/maintain markers past the model a restarted
+                                           cluster restored are dropped (trained again)
     registry:<model>:versions      HASH    version -> artifact MANIFEST.json
     registry:<model>:serving       STRING  the version serving reads
     registry:<model>:history       LIST    JSON records of every pointer switch, newest first

@@ -8,6 +8,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,36 @@ def make_config(
         return cfg
 
     return make
+
+
+PassBuilderRun = Callable[[PipelineConfig, str, int], dict[str, Any]]
+
+
+@pytest.fixture(scope="session")
+def build_passes() -> PassBuilderRun:
+    """``build_passes(cfg, first_pass, n)``: produce ``n`` synthetic passes from
+    ``first_pass`` on the config's topics and build them into pass directories (real broker,
+    real builder); the synthetic batches by pass id."""
+    from streaming.pass_builder import PassBuilder
+    from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
+    from streaming.topics import ensure_topic
+
+    def build(cfg: PipelineConfig, first_pass: str, n: int) -> dict[str, Any]:
+        topics = [cfg.kafka.impressions_topic]
+        if cfg.join.mode == "click_join":
+            topics.append(cfg.join.clicks_topic)
+        for topic in topics:
+            ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
+        producer = make_producer(cfg.kafka.bootstrap_servers)
+        batches = dict(synthetic_passes(cfg, first_pass, n))
+        for batch in batches.values():
+            send_messages(producer, messages_for(cfg, batch))
+        producer.close()
+        builder = PassBuilder(cfg)
+        try:
+            builder.run(until_pass=list(batches)[n - 1], idle_timeout_s=60)
+        finally:
+            builder.close()
+        return batches
+
+    return build

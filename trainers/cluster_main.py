@@ -3,7 +3,8 @@
     fleetrun --servers ... --workers ... trainers/cluster_main.py --config <resolved.yaml>
 
 Servers build the program, then serve the tables until the workers leave. Workers build
-the same program and loop on the command stream until a ``stop`` command.
+the same program, restore the newest complete checkpoint chain into the servers, and loop on
+the command stream until a ``stop`` command.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from trainers.control_plane import Command, WorkerChannel, connect
 from trainers.devices import executor_place
 from trainers.models import MODELS
 from trainers.pass_steps import WorkerContext
+from trainers.server_flags import ADMISSION_FLAG, preset_paddle_flags
 from trainers.strategy import build_optimizer, build_strategy
 
 log = logging.getLogger("trainers.cluster")
@@ -38,9 +40,9 @@ def _agree(flag: bool) -> bool:
 
 def _execute(ctx: WorkerContext, command: Command) -> dict:
     if command.kind == "train":
-        return pass_steps.train_pass(ctx, command.pass_id)
-    if command.kind == "checkpoint":
-        return pass_steps.checkpoint(ctx, command.pass_id, command.id)
+        return pass_steps.train_pass(ctx, command.pass_id, command.id)
+    if command.kind == "maintain":
+        return pass_steps.maintain(ctx, command.pass_id, command.id)
     if command.kind == "export":
         return pass_steps.export(ctx, command.pass_id, command.id)
     return {}
@@ -58,8 +60,12 @@ def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
         channel.set_state(f"{command.kind} {command.pass_id}".strip())
         result: dict | None = None
         error = None
-        if _agree(channel.is_done(command)):
-            result = channel.stored_result(command)
+        recorded = channel.is_done(command)
+        in_model = pass_steps.done_in_model(ctx, command.kind, command.pass_id)
+        if _agree(recorded or in_model is not None):
+            # the done marker, or (after a crash between the save and the marker) the saves
+            result = channel.stored_result(command) if recorded else {**(in_model or {})}
+            result["already_done"] = True
             log.info(
                 "%s %s already done; acknowledged without running", command.kind, command.pass_id
             )
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_config(args.config)
+    if cfg.model.hyper_parameters.sparse_table.admission:
+        preset_paddle_flags({ADMISSION_FLAG: "true"})
 
     import paddle
     from paddle.distributed import fleet
@@ -110,6 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     channel = WorkerChannel(
         connect(cfg.redis.url), RedisKeys(cfg.name), ctx.rank, cfg.cluster.heartbeat_seconds
     )
+    restored = pass_steps.restore(ctx)
+    if ctx.leader:  # done markers past the restored model name work it no longer holds
+        channel.forget_done_after(restored.pass_id if restored else "")
+    fleet.util.barrier()
     channel.start_heartbeat()
     log.info("worker %d/%d ready", ctx.rank, ctx.workers)
     try:

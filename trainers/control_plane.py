@@ -20,12 +20,14 @@ from typing import Any, Literal
 import redis
 
 from streamrec.config import PipelineConfig
+from streamrec.passes import closes_day
 from streamrec.redis_keys import RedisKeys
 from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
 
 log = logging.getLogger(__name__)
 
-CommandKind = Literal["train", "checkpoint", "export", "stop"]
+CommandKind = Literal["train", "maintain", "export", "stop"]
+RESTARTABLE: tuple[CommandKind, ...] = ("train", "maintain")  # undone past a restored save
 WORKER = "worker"
 
 
@@ -123,9 +125,15 @@ class ClusterClient:
         """Progressive validation then training on ``pass_id``; the pass metrics."""
         return self.run("train", pass_id)
 
-    def checkpoint(self, pass_id: str) -> dict[str, Any]:
-        """Save the cluster's tables after ``pass_id``."""
-        return self.run("checkpoint", pass_id)
+    def maintain(self, pass_id: str) -> dict[str, Any]:
+        """The daily shrink and mode-3 save after ``pass_id``, the last pass of its day."""
+        return self.run("maintain", pass_id)
+
+    def maintain_if_day_ends(self, pass_id: str, pass_minutes: int) -> dict[str, Any]:
+        """``maintain`` when ``pass_id`` closes its logical day; otherwise nothing to do."""
+        if not closes_day(pass_id, pass_minutes):
+            return {"pass_id": pass_id, "maintenance": False}
+        return {**self.maintain(pass_id), "maintenance": True}
 
     def export(self, pass_id: str) -> dict[str, Any]:
         """Write the raw inference export after ``pass_id``."""
@@ -221,20 +229,36 @@ class WorkerChannel:
         )
 
     def record(self, command: Command, result: dict[str, Any] | None, error: str | None) -> None:
-        """Leader only: the command's outcome, its done marker and the pass status, at once."""
+        """Leader only: the command's outcome, its done marker and the pass status, at once.
+        A command found done in the restored model (its marker lost in a crash) gets both."""
         pipe = self._r.pipeline(transaction=True)
         key = self._keys.command(command.id)
+        result = result or {}
         if error is not None:
             pipe.hset(key, mapping={"status": "failed", "error": error})
         else:
             pipe.hset(key, mapping={"status": "done", "result": json.dumps(result)})
-            if command.kind != "stop" and not (result or {}).get("already_done"):
-                pipe.set(self._keys.done(command.kind, command.pass_id), command.id)
+            first = not result.get("already_done")
+            if command.kind != "stop" and (first or "already_in_model" in result):
+                pipe.set(self._keys.done(command.kind, command.pass_id), command.id, nx=not first)
                 pipe.hset(
                     self._keys.pass_status(command.pass_id),
                     mapping={command.kind: json.dumps(result)},
                 )
         pipe.execute()
+
+    def forget_done_after(self, pass_id: str) -> list[str]:
+        """Leader only, at start: drop train/maintain done markers of passes after
+        ``pass_id`` (the restored model's newest), so those passes are trained again."""
+        dropped = []
+        for kind in RESTARTABLE:
+            for key in self._r.scan_iter(self._keys.done(kind, "*")):
+                if key.rsplit(":", 1)[1] > pass_id:
+                    dropped.append(key)
+        if dropped:
+            self._r.delete(*dropped)
+            log.warning("restored model predates %d done commands: %s", len(dropped), dropped)
+        return dropped
 
     def advance(self, command: Command) -> None:
         """Move this worker's cursor past ``command``."""

@@ -1,12 +1,13 @@
 """Start the long-lived parameter-server cluster on this machine with fleetrun, and stop it.
 
-    streamrec-cluster --config configs/pipeline.yaml      # runs until Ctrl-C
+    streamrec-cluster --config configs/pipeline.yaml      # runs (and heals) until Ctrl-C
 
 fleetrun gets explicit loopback endpoints (free ports), so a cluster never collides with
 another one, and ``PADDLE_WITH_GLOO=1`` so ``fleet.util`` collectives (metrics, barriers)
 work. fleetrun itself exits 0 even when a worker dies, so the launcher watches worker
-heartbeats in Redis instead of trusting its exit code. On several machines, start
-``trainers/cluster_main.py`` with Paddle's PS environment variables instead.
+heartbeats in Redis instead of trusting its exit code, and ``ensure_healthy`` restarts the
+whole cluster (which restores from checkpoints) when any process is gone. On several
+machines, start ``trainers/cluster_main.py`` with Paddle's PS environment variables instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.errors import StreamrecError
 from streamrec.local_services import free_port
@@ -33,7 +36,8 @@ from trainers.errors import ClusterUnavailable
 log = logging.getLogger(__name__)
 
 
-def _fleetrun() -> str:
+def fleetrun_path() -> str:
+    """The fleetrun next to this Python, or on PATH."""
     beside = Path(sys.executable).with_name("fleetrun")
     found = str(beside) if beside.exists() else shutil.which("fleetrun")
     if not found:
@@ -67,7 +71,7 @@ class LocalCluster:
             "FLAGS_call_stack_level": "2",
         }
         cmd = [
-            _fleetrun(),
+            fleetrun_path(),
             "--servers",
             servers,
             "--workers",
@@ -103,7 +107,9 @@ class LocalCluster:
                     f"fleetrun exited with {self._proc.returncode} during start; "
                     f"see {self.log_dir}/workerlog.* and serverlog.*"
                 )
-            if len(self.client.live_workers()) >= c.workers:
+            # heartbeats of this cluster's processes only: a killed one's linger a few seconds
+            ours = {p.pid for p in self.members()}
+            if sum(w["pid"] in ours for w in self.client.live_workers()) >= c.workers:
                 log.info("cluster ready: %d workers alive", c.workers)
                 return
             time.sleep(0.5)
@@ -116,6 +122,51 @@ class LocalCluster:
     @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def members(self) -> list[psutil.Process]:
+        """The live server and worker processes (fleetrun's children running cluster_main)."""
+        if not self.running:
+            return []
+        assert self._proc is not None
+        try:
+            children = psutil.Process(self._proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        alive = []
+        for child in children:
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE and any(
+                    arg.endswith("cluster_main.py") for arg in child.cmdline()
+                ):
+                    alive.append(child)
+            except psutil.NoSuchProcess:
+                continue
+        return alive
+
+    @property
+    def healthy(self) -> bool:
+        """Every server and worker process is alive."""
+        return len(self.members()) == self.cfg.cluster.servers + self.cfg.cluster.workers
+
+    def restart(self) -> None:
+        """Kill every process and start again: the workers restore the newest complete
+        checkpoint chain and re-run the command that was in flight (its cursor did not move)."""
+        log.warning("restarting the cluster")
+        self.kill()
+        self.start()
+
+    def ensure_healthy(self) -> bool:
+        """Restart the cluster if any of its processes died; True if it did."""
+        if self.healthy:
+            return False
+        log.error(
+            "cluster process lost: %d of %d alive; see %s",
+            len(self.members()),
+            self.cfg.cluster.servers + self.cfg.cluster.workers,
+            self.log_dir,
+        )
+        self.restart()
+        return True
 
     def stop(self, timeout_s: float = 60) -> None:
         """Stop the workers through the control plane, then wait for fleetrun to exit."""
@@ -158,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         cluster = LocalCluster(cfg, resolved)
         cluster.start()
         try:
-            while cluster.running:
-                time.sleep(1)
+            while True:  # a lost server or worker restarts the whole cluster from checkpoints
+                cluster.ensure_healthy()
+                time.sleep(cfg.cluster.heartbeat_seconds)
         except KeyboardInterrupt:
             cluster.stop()
     except StreamrecError as e:

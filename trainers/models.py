@@ -1,4 +1,5 @@
-"""Static-graph CTR models for the parameter-server cluster, chosen by name from config.
+"""Static-graph CTR models for the parameter-server cluster, chosen by name from config:
+``ctr_dnn``, ``wide_deep`` and ``deepfm``.
 
 Every model reads the same inputs (one ``sparse_embedding`` lookup per slot into the shared
 table ``SPARSE_TABLE``, sum-pooled; one ``dense`` vector; ``label``) and returns a
@@ -65,68 +66,136 @@ def metric_stats(paddle: Any, predict: Any, label: Any) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """What every model reads: per-slot pooled embeddings, the dense vector, the label."""
+
+    use_vars: list[Any]
+    pooled: list[Any]  # [batch, sparse_feature_dim] per slot: embed_w, then embedx
+    dense: Any | None
+    label: Any
+
+
+def _inputs(paddle: Any, schema: SchemaConfig, hp: HyperParameters) -> _Inputs:
+    init = paddle.nn.initializer.Uniform(-0.01, 0.01)
+    slots = [
+        paddle.static.data(name=s.name, shape=[-1, 1], dtype="int64", lod_level=1)
+        for s in schema.sparse
+    ]
+    pooled = []
+    for var in slots:
+        emb = paddle.static.nn.sparse_embedding(
+            input=var,
+            size=[1 << 20, hp.sparse_feature_dim],
+            param_attr=paddle.ParamAttr(name=SPARSE_TABLE, initializer=init),
+        )
+        pooled.append(paddle.static.nn.sequence_lod.sequence_pool(emb, "sum"))
+    use_vars = list(slots)
+    dense = None
+    if schema.dense:
+        dense = paddle.static.data(name=DENSE_VAR, shape=[-1, len(schema.dense)], dtype="float32")
+        use_vars.append(dense)
+    label = paddle.static.data(name=LABEL_VAR, shape=[-1, 1], dtype="int64")
+    use_vars.append(label)
+    return _Inputs(use_vars, pooled, dense, label)
+
+
+def _mlp(paddle: Any, x: Any, sizes: list[int], prefix: str) -> Any:
+    """ReLU layers of ``sizes``, then one logit."""
+    for i, width in enumerate(sizes):
+        x = paddle.static.nn.fc(
+            x,
+            width,
+            activation="relu",
+            weight_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.w"),
+            bias_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.b"),
+        )
+    return paddle.static.nn.fc(
+        x,
+        1,
+        weight_attr=paddle.ParamAttr(name=f"{prefix}.out.w"),
+        bias_attr=paddle.ParamAttr(name=f"{prefix}.out.b"),
+    )
+
+
+def _graph(paddle: Any, inputs: _Inputs, schema: SchemaConfig, logit: Any) -> ModelGraph:
+    predict = paddle.nn.functional.sigmoid(logit)
+    loss = paddle.mean(
+        paddle.nn.functional.binary_cross_entropy_with_logits(
+            logit, paddle.cast(inputs.label, "float32")
+        )
+    )
+    return ModelGraph(
+        use_vars=inputs.use_vars,
+        predict=predict,
+        loss=loss,
+        pooled={s.name: v.name for s, v in zip(schema.sparse, inputs.pooled, strict=True)},
+        dense_var=inputs.dense.name if inputs.dense is not None else None,
+        stat_vars=metric_stats(paddle, predict, inputs.label),
+    )
+
+
+def _first_order(paddle: Any, inputs: _Inputs) -> Any:
+    """Sum over slots of each key's scalar weight (``embed_w``), plus a linear dense term:
+    the logistic-regression part of Wide&Deep and DeepFM."""
+    weights = paddle.concat([v[:, :1] for v in inputs.pooled], axis=1)
+    logit = paddle.sum(weights, axis=1, keepdim=True)
+    if inputs.dense is not None:
+        logit = logit + paddle.static.nn.fc(
+            inputs.dense,
+            1,
+            weight_attr=paddle.ParamAttr(name="wide.dense.w"),
+            bias_attr=paddle.ParamAttr(name="wide.dense.b"),
+        )
+    return logit
+
+
+def _factors(inputs: _Inputs) -> list[Any]:
+    return [v[:, 1:] for v in inputs.pooled]  # embedx: the latent vector of each slot
+
+
 class CtrDnn:
     """PaddleRec's CTR DNN: pooled slot embeddings + dense features -> MLP -> sigmoid."""
 
     def build(self, schema: SchemaConfig, hp: HyperParameters) -> ModelGraph:
         import paddle
 
-        init = paddle.nn.initializer.Uniform(-0.01, 0.01)
-        slots = [
-            paddle.static.data(name=s.name, shape=[-1, 1], dtype="int64", lod_level=1)
-            for s in schema.sparse
-        ]
-        pooled: dict[str, str] = {}
-        features = []
-        for slot, var in zip(schema.sparse, slots, strict=True):
-            emb = paddle.static.nn.sparse_embedding(
-                input=var,
-                size=[1 << 20, hp.sparse_feature_dim],
-                param_attr=paddle.ParamAttr(name=SPARSE_TABLE, initializer=init),
-            )
-            pool = paddle.static.nn.sequence_lod.sequence_pool(emb, "sum")
-            pooled[slot.name] = pool.name
-            features.append(pool)
-        use_vars = list(slots)
-        dense = None
-        if schema.dense:
-            dense = paddle.static.data(
-                name=DENSE_VAR, shape=[-1, len(schema.dense)], dtype="float32"
-            )
-            features.append(dense)
-            use_vars.append(dense)
-        label = paddle.static.data(name=LABEL_VAR, shape=[-1, 1], dtype="int64")
-        use_vars.append(label)
-
-        x = paddle.concat(features, axis=1)
-        for i, width in enumerate(hp.fc_sizes):
-            x = paddle.static.nn.fc(
-                x,
-                width,
-                activation="relu",
-                weight_attr=paddle.ParamAttr(name=f"dnn.fc{i}.w"),
-                bias_attr=paddle.ParamAttr(name=f"dnn.fc{i}.b"),
-            )
-        logit = paddle.static.nn.fc(
-            x,
-            1,
-            weight_attr=paddle.ParamAttr(name="dnn.out.w"),
-            bias_attr=paddle.ParamAttr(name="dnn.out.b"),
-        )
-        predict = paddle.nn.functional.sigmoid(logit)
-        loss = paddle.mean(
-            paddle.nn.functional.binary_cross_entropy_with_logits(
-                logit, paddle.cast(label, "float32")
-            )
-        )
-        return ModelGraph(
-            use_vars=use_vars,
-            predict=predict,
-            loss=loss,
-            pooled=pooled,
-            dense_var=dense.name if dense is not None else None,
-            stat_vars=metric_stats(paddle, predict, label),
-        )
+        inputs = _inputs(paddle, schema, hp)
+        features = inputs.pooled + ([inputs.dense] if inputs.dense is not None else [])
+        logit = _mlp(paddle, paddle.concat(features, axis=1), hp.fc_sizes, "dnn")
+        return _graph(paddle, inputs, schema, logit)
 
 
-MODELS: dict[str, type[CtrModel]] = {"ctr_dnn": CtrDnn}
+class WideDeep:
+    """Wide&Deep (PaddleRec models/rank/wide_deep): a wide linear part over each key's
+    scalar weight and the dense features, plus a deep MLP over the slots' latent vectors
+    and the dense features; one shared sparse table holds both parts of every key."""
+
+    def build(self, schema: SchemaConfig, hp: HyperParameters) -> ModelGraph:
+        import paddle
+
+        inputs = _inputs(paddle, schema, hp)
+        deep_in = _factors(inputs) + ([inputs.dense] if inputs.dense is not None else [])
+        deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
+        return _graph(paddle, inputs, schema, _first_order(paddle, inputs) + deep)
+
+
+class DeepFM:
+    """DeepFM (PaddleRec models/rank/deepfm): first-order weights, second-order factorization
+    machine interactions between the slots' latent vectors, and a deep MLP over them."""
+
+    def build(self, schema: SchemaConfig, hp: HyperParameters) -> ModelGraph:
+        import paddle
+
+        inputs = _inputs(paddle, schema, hp)
+        factors = _factors(inputs)
+        stacked = paddle.stack(factors, axis=1)  # [batch, slots, embedx_dim]
+        summed_square = paddle.square(paddle.sum(stacked, axis=1))
+        square_summed = paddle.sum(paddle.square(stacked), axis=1)
+        fm = 0.5 * paddle.sum(summed_square - square_summed, axis=1, keepdim=True)
+        deep_in = factors + ([inputs.dense] if inputs.dense is not None else [])
+        deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
+        return _graph(paddle, inputs, schema, _first_order(paddle, inputs) + fm + deep)
+
+
+MODELS: dict[str, type[CtrModel]] = {"ctr_dnn": CtrDnn, "wide_deep": WideDeep, "deepfm": DeepFM}

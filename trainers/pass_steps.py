@@ -2,7 +2,9 @@
 
     train       infer on the pass (progressive validation) -> global metrics
                 -> train on the pass -> global metrics; row count checked against the manifest
-    checkpoint  fleet.save_persistables (servers write their tables) -> CHECKPOINT.json -> rename
+                -> checkpoint: a delta, or a base every N passes (``checkpoints``)
+    maintain    after a day's last pass: fleet.shrink -> mode-3 save, the new base
+    restore     at start: the newest complete base, then its deltas, loaded in order
     export      fleet.save_inference_model with the pooled embeddings as feeds (a dense program
                 taking embeddings) + the sparse table -> export_spec.json -> _SUCCESS
 
@@ -13,10 +15,10 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +27,24 @@ import numpy as np
 from streaming.pipe_reader import pipe_command
 from streamrec.atomic_fs import publish_dir, write_text_atomic
 from streamrec.config import PipelineConfig
-from streamrec.passes import pass_dir, read_manifest
+from streamrec.passes import PassManifest, pass_dir, read_manifest
+from trainers.checkpoints import (
+    SAVE_MODE,
+    CheckpointInfo,
+    CheckpointKind,
+    apply_retention,
+    list_checkpoints,
+    next_kind,
+    restore_chain,
+    saved_keys,
+    write_info,
+)
 from trainers.metrics import STAT_NAMES, PassMetrics, metrics_from_stats
 from trainers.models import ModelGraph
 from trainers.strategy import saved_value_layout
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_MANIFEST = "CHECKPOINT.json"
 EXPORT_SPEC = "export_spec.json"
 EXPORT_VERSION = 1
 
@@ -56,6 +68,10 @@ class WorkerContext:
     exe: Any
     rank: int
     workers: int
+    chain: list[CheckpointInfo] = field(default_factory=list)  # the saves the model is in
+    table_keys: np.ndarray = field(  # worker 0: keys in the sparse table, from the saves
+        default_factory=lambda: np.empty(0, dtype=np.uint64)
+    )
 
     @property
     def leader(self) -> bool:
@@ -130,6 +146,9 @@ def _run(ctx: WorkerContext, dataset: Any, train: bool) -> PassMetrics:
 
     _reset_stats(ctx)
     if dataset is not None:
+        # the main program for both: its fleet options make the device worker pull the dense
+        # tables from the servers first (a clone(for_test=True) lost them, and segfaulted
+        # in DownpourLiteWorker when given them: they are keyed by program id)
         run = ctx.exe.train_from_dataset if train else ctx.exe.infer_from_dataset
         run(program=paddle.static.default_main_program(), dataset=dataset, debug=False)
     return _global_metrics(ctx)
@@ -170,8 +189,9 @@ def _test_then_train(
     return test, train
 
 
-def train_pass(ctx: WorkerContext, pass_id: str) -> dict[str, Any]:
-    """Progressive validation on the pass, then training on it; global metrics of both."""
+def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+    """Progressive validation on the pass, training on it, then its checkpoint (a delta, or
+    a base every ``base_every_passes``): the pass counts as trained once the save is durable."""
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     manifest = read_manifest(directory)
     files = [str(directory / p.file) for p in manifest.parts]
@@ -182,7 +202,7 @@ def train_pass(ctx: WorkerContext, pass_id: str) -> dict[str, Any]:
         log.error(
             "pass %s: evaluated %d rows but the manifest has %d", pass_id, test.count, manifest.rows
         )
-    return {
+    result = {
         "pass_id": pass_id,
         "rows": manifest.rows,
         "count_matches_manifest": test.count == manifest.rows,
@@ -191,39 +211,142 @@ def train_pass(ctx: WorkerContext, pass_id: str) -> dict[str, Any]:
         "seconds": seconds,
         "workers": ctx.workers,
         "reader": ctx.cfg.model.runner.reader_type,
+        "sync_mode": ctx.cfg.model.runner.sync_mode,
         "metrics_exact": ctx.cfg.model.runner.thread_num == 1,
+    }
+    kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
+    with timed("save", seconds):
+        info = _save(ctx, pass_id, kind, command_id, manifest, result)
+    result["checkpoint"] = _checkpoint_summary(ctx, info)
+    return result
+
+
+def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+    """The daily sequence after the last pass of a logical day: shrink (decay show/click,
+    delete keys below ``delete_threshold`` or unseen too long), then a mode-3 save (every
+    key; +1 to every key's unseen-days clock), which becomes the new base."""
+    from paddle.distributed import fleet
+
+    if not ctx.chain or ctx.chain[-1].pass_id != pass_id:
+        raise ValueError(
+            f"maintenance after {pass_id} asked, but the model's newest pass is "
+            f"{ctx.chain[-1].pass_id if ctx.chain else 'none'}: train {pass_id} first"
+        )
+    keys_before = ctx.chain[-1].table_keys
+    seconds: dict[str, float] = {}
+    with timed("shrink", seconds):
+        fleet.shrink()
+    manifest = read_manifest(pass_dir(ctx.cfg.paths.data_root, pass_id))
+    with timed("save", seconds):
+        info = _save(ctx, pass_id, "daily", command_id, manifest, ctx.chain[-1].train)
+    return {
+        "pass_id": pass_id,
+        "day": pass_id[:8],
+        "keys_before": keys_before,
+        "checkpoint": _checkpoint_summary(ctx, info),
+        "seconds": seconds,
     }
 
 
-def checkpoint(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
-    """A full save of every table, published under ``<checkpoint_root>/<pass_id>``."""
+def _checkpoint_summary(ctx: WorkerContext, info: CheckpointInfo) -> dict[str, Any]:
+    return {
+        "name": info.name,
+        "kind": info.kind,
+        "path": str(Path(ctx.cfg.paths.checkpoint_root) / info.name),
+        "table_keys": info.table_keys,
+        "saved_keys": info.saved_keys,
+    }
+
+
+def _save(
+    ctx: WorkerContext,
+    pass_id: str,
+    kind: CheckpointKind,
+    command_id: str,
+    manifest: PassManifest,
+    train: dict[str, Any] | None,
+) -> CheckpointInfo:
+    """Save the servers' tables as ``kind`` after ``pass_id``: every worker calls the save
+    (it runs on worker 0 between barriers); worker 0 writes CHECKPOINT.json into the
+    temporary directory, renames it into place and applies retention; a barrier later every
+    worker adopts the same chain."""
     from paddle.distributed import fleet
 
     root = Path(ctx.cfg.paths.checkpoint_root)
-    final = root / pass_id
-    tmp = root / f".{pass_id}.tmp-{command_id}"
-    seconds: dict[str, float] = {}
-    with timed("save", seconds):
-        fleet.save_persistables(ctx.exe, str(tmp), mode=0)
+    root.mkdir(parents=True, exist_ok=True)
+    parent = ctx.chain[-1] if ctx.chain else None
+    info = CheckpointInfo(
+        pass_id=pass_id,
+        kind=kind,
+        mode=SAVE_MODE[kind],
+        seq=parent.seq + 1 if parent else 0,
+        parent=parent.name if parent and kind == "delta" else None,
+        day=pass_id[:8] if kind == "daily" else None,
+        table_keys=0,
+        saved_keys=0,
+        consumed_to=manifest.consumed_to,
+        resume_offsets=manifest.resume_offsets,
+        train=train,
+    )
+    tmp = root / f".{info.name}.tmp-{command_id}"
+    final = root / info.name
+    fleet.save_persistables(ctx.exe, str(tmp), mode=info.mode)
     if ctx.leader:
-        manifest = read_manifest(pass_dir(ctx.cfg.paths.data_root, pass_id))
-        info = {
-            "pass_id": pass_id,
-            "mode": 0,
-            "kind": "full",
-            "consumed_to": manifest.consumed_to,
-            "resume_offsets": manifest.resume_offsets,
-            "created_at": datetime.now(UTC).isoformat(),
-        }
-        write_text_atomic(tmp / CHECKPOINT_MANIFEST, json.dumps(info, indent=2))
-        if final.exists():  # an earlier run of this command saved it; keep that one
-            import shutil
-
-            shutil.rmtree(tmp)
-        else:
-            publish_dir(tmp, final)
+        keys = saved_keys(tmp)
+        ctx.table_keys = keys if info.is_base else np.union1d(ctx.table_keys, keys)
+        info = info.model_copy(update={"table_keys": len(ctx.table_keys), "saved_keys": len(keys)})
+        write_info(tmp, info)
+        stale = root / f".{info.name}.stale-{command_id}"
+        if final.exists():  # left by a lineage the restored model does not descend from
+            final.rename(stale)
+        publish_dir(tmp, final)
+        shutil.rmtree(stale, ignore_errors=True)
+        if info.is_base:
+            apply_retention(root, ctx.cfg.checkpoints.keep_bases)
     fleet.util.barrier()
-    return {"pass_id": pass_id, "path": str(final), "seconds": seconds}
+    ctx.chain = [info] if info.is_base else [*ctx.chain, info]
+    log.info("checkpoint %s saved (%d keys in the table)", info.name, info.table_keys)
+    return info
+
+
+def restore(ctx: WorkerContext) -> CheckpointInfo | None:
+    """Load the newest complete chain (base, then its deltas in order) into the servers.
+    Every worker calls it at start; an empty checkpoint root starts a fresh model."""
+    from paddle.distributed import fleet
+
+    chain = restore_chain(Path(ctx.cfg.paths.checkpoint_root))
+    for info in chain:
+        path = Path(ctx.cfg.paths.checkpoint_root) / info.name
+        fleet.load_model(str(path), mode=0)
+        if ctx.leader:
+            keys = saved_keys(path)
+            ctx.table_keys = keys if info.is_base else np.union1d(ctx.table_keys, keys)
+    ctx.chain = chain
+    if chain:
+        log.info(
+            "restored %s (%d saves, %d keys): the model has trained through pass %s",
+            chain[-1].name,
+            len(chain),
+            chain[-1].table_keys,
+            chain[-1].pass_id,
+        )
+    return chain[-1] if chain else None
+
+
+def done_in_model(ctx: WorkerContext, kind: str, pass_id: str) -> dict[str, Any] | None:
+    """The stored result if the restored model already holds this command's effect: a
+    pass at or before the newest save's pass, or a day whose daily save exists."""
+    if not ctx.chain:
+        return None
+    newest = ctx.chain[-1]
+    if kind == "train" and pass_id <= newest.pass_id:
+        return {**(newest.train or {}), "pass_id": pass_id, "already_in_model": newest.name}
+    if kind == "maintain" and any(
+        i.kind == "daily" and i.pass_id >= pass_id
+        for i in list_checkpoints(Path(ctx.cfg.paths.checkpoint_root))
+    ):
+        return {"pass_id": pass_id, "already_in_model": newest.name}
+    return None
 
 
 def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:

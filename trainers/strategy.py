@@ -2,8 +2,10 @@
 
 Maps ``runner.sync_mode`` onto ``DistributedStrategy`` (async: a_sync; sync: a_sync off;
 geo: a_sync with ``k_steps``) and ``hyper_parameters.sparse_table`` onto
-``strategy.sparse_table_configs`` for the shared table. ``saved_value_layout`` says where the
-embedding lies in a line the servers save, which depends on the sparse SGD rule.
+``strategy.sparse_table_configs`` for the shared table (SGD rule and the accessor's
+show/click, shrink and delta settings; DESIGN.md says what Paddle does with each).
+``saved_value_layout`` says where the embedding lies in a line the servers save, which
+depends on the sparse SGD rule.
 """
 
 from __future__ import annotations
@@ -65,6 +67,21 @@ def sparse_table_configs(model: ModelConfig) -> dict[str, dict[str, Any]]:
         f"{acc}.accessor_class": ACCESSOR,
         f"{acc}.embedx_threshold": t.embedx_threshold,
     }
+    ctr = f"{acc}.ctr_accessor_param"
+    conf.update(
+        {
+            f"{ctr}.nonclk_coeff": t.nonclk_coeff,
+            f"{ctr}.click_coeff": t.click_coeff,
+            f"{ctr}.show_click_decay_rate": t.show_click_decay_rate,
+            f"{ctr}.delete_threshold": t.delete_threshold,
+            f"{ctr}.delete_after_unseen_days": t.delete_after_unseen_days,
+            # A delta checkpoint must hold every key touched since the last save, whatever
+            # its total score: no base threshold, only the growth of the delta score.
+            f"{ctr}.base_threshold": 0.0,
+            f"{ctr}.delta_threshold": t.delta_threshold,
+            f"{ctr}.delta_keep_days": t.delta_keep_days,
+        }
+    )
     for part in ("embed_sgd_param", "embedx_sgd_param"):
         conf[f"{acc}.{part}.name"] = SGD_RULES[t.rule]
         conf[f"{acc}.{part}.{section}.learning_rate"] = t.learning_rate

@@ -167,12 +167,20 @@ def test_gate_decides_what_is_delivered(stack: Stack) -> None:
 
 
 def test_checkpoint_saved_for_every_pass(stack: Stack) -> None:
-    for pass_id in stack.pass_ids:
-        path = Path(stack.cfg.paths.checkpoint_root) / pass_id
+    """A base for the first pass, then one delta per pass on top of it, each recorded with
+    the pass's train result."""
+    root = Path(stack.cfg.paths.checkpoint_root)
+    kinds = ["base"] + ["delta"] * (len(stack.pass_ids) - 1)
+    parent = None
+    for pass_id, kind in zip(stack.pass_ids, kinds, strict=True):
+        path = root / f"{pass_id}-{kind}"
         info = json.loads((path / "CHECKPOINT.json").read_text())
-        assert info["pass_id"] == pass_id
+        assert (info["pass_id"], info["kind"], info["parent"]) == (pass_id, kind, parent)
+        assert info["train"]["rows"] == stack.cluster.client.pass_status(pass_id)["train"]["rows"]
         tables = [d for d in path.iterdir() if d.is_dir()]
         assert tables and all(any(t.iterdir()) for t in tables)
+        assert 0 < info["saved_keys"] <= info["table_keys"]
+        parent = path.name
 
 
 def test_predictor_scores_like_the_cluster(stack: Stack) -> None:

@@ -75,6 +75,18 @@ def test_bad_sync_mode_lists_the_choices(tmp_path: Path, repo: Path) -> None:
         load_config(path)
 
 
+@pytest.mark.parametrize(("mode", "reason"), [("sync", "send_barrier"), ("geo", "fixed-size")])
+def test_modes_paddle_cannot_run_fail_with_the_reason(
+    tmp_path: Path, repo: Path, mode: str, reason: str
+) -> None:
+    raw = yaml.safe_load((repo / "configs" / "models" / "ctr_dnn.yaml").read_text())
+    raw["runner"]["sync_mode"] = mode
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(raw))
+    path = _write(tmp_path, repo, model=str(tmp_path / "m.yaml"))
+    with pytest.raises(ConfigError, match=rf"model\.runner\.sync_mode.*{reason}.*Use 'async'"):
+        load_config(path)
+
+
 def test_reserved_and_duplicate_feature_names_are_rejected(tmp_path: Path, repo: Path) -> None:
     schema = {"version": 1, "sparse": [{"name": "label"}, {"name": "a"}], "dense": [{"name": "a"}]}
     with pytest.raises(ConfigError, match="unique"):

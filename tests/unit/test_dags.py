@@ -15,15 +15,15 @@ def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
         "wait_pass",
         "train_pass",
         "evaluate",
-        "checkpoint",
+        "maintain",
         "export",
         "deliver",
     }
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert down["wait_pass"] == {"train_pass", "checkpoint", "export"}
+    assert down["wait_pass"] == {"train_pass", "maintain", "export"}
     assert down["train_pass"] == {"evaluate"}
-    assert down["evaluate"] == {"checkpoint", "export"}
-    assert down["checkpoint"] == {"export"}
+    assert down["evaluate"] == {"maintain", "export"}
+    assert down["maintain"] == {"export"}
     assert down["export"] == {"deliver"}
     assert dag.get_task("wait_pass").mode == "reschedule"
     assert all(t.retries >= 1 for t in dag.tasks)

@@ -1,0 +1,173 @@
+"""Checkpoints and restore on a real fleetrun cluster (1 server + 2 workers on loopback).
+
+One stream of four passes is built once. An uninterrupted run trains passes 1-3 and
+measures the progressive AUC of pass 4. Runs that SIGKILL the server, or a worker, in the
+middle of pass 2 restart the cluster (which restores base + deltas), finish pass 2 exactly
+once and must measure the same AUC on pass 4 (within 0.01, or within the spread of two
+uninterrupted runs when that is larger)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+from streamrec.config import PipelineConfig, dump_config
+from streamrec.passes import pass_dir, read_manifest
+from streamrec.redis_keys import RedisKeys
+from trainers.checkpoints import list_checkpoints
+from trainers.control_plane import ClusterClient, connect
+from trainers.launcher import LocalCluster
+
+FIRST = "202607010000"
+AUC_TOLERANCE = 0.01
+
+
+@dataclass
+class Run:
+    results: dict[str, dict]  # pass id -> train result
+    restarted: bool
+
+
+@pytest.fixture(scope="module")
+def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
+    cfg = make_config(join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 20000})
+    return cfg, list(build_passes(cfg, FIRST, 4))[:4]
+
+
+def _fresh(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
+    """A new pipeline (Redis prefix, checkpoints) reading the shared stream's passes."""
+    # frequent heartbeats: the kill waits to see the workers' state switch to the pass
+    cfg = make_config(join={"mode": "label_in_impression"}, cluster={"heartbeat_seconds": 0.2})
+    paths = cfg.paths.model_copy(update={"data_root": stream_cfg.paths.data_root})
+    return cfg.model_copy(update={"paths": paths})
+
+
+def _role(proc: psutil.Process) -> str:
+    return proc.environ().get("TRAINING_ROLE") or proc.environ().get("PADDLE_TRAINING_ROLE", "")
+
+
+def _kill_mid_pass(cluster: LocalCluster, command_id: str, pass_id: str, role: str) -> None:
+    """SIGKILL one ``role`` process once the workers are busy with ``pass_id``."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = {w["state"] for w in cluster.client.live_workers()}
+        if f"train {pass_id}" in states:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the workers never started {pass_id}")
+    time.sleep(1.0)  # into the pass (~1.2 s of evaluation, then training), before its save
+    victims = [p for p in cluster.members() if _role(p) == role]
+    assert victims, f"no {role} process among {cluster.members()}"
+    key = RedisKeys(cluster.cfg.name).command(command_id)
+    status = connect(cluster.cfg.redis.url).hget(key, "status")
+    assert status == "queued", "the pass finished before the kill: make it longer"
+    victims[-1].send_signal(signal.SIGKILL)
+
+
+def _run(cfg: PipelineConfig, passes: list[str], kill: str | None = None) -> Run:
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    results: dict[str, dict] = {}
+    restarted = False
+    with LocalCluster(cfg, resolved) as cluster:
+        for index, pass_id in enumerate(passes[:3]):
+            command_id = cluster.client.submit("train", pass_id)
+            if kill and index == 1:
+                _kill_mid_pass(cluster, command_id, pass_id, kill)
+                deadline = time.monotonic() + 30
+                while cluster.healthy and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                restarted = cluster.ensure_healthy()
+            results[pass_id] = cluster.client.wait(command_id)
+        results[passes[3]] = cluster.client.train(passes[3])
+    print({p: (r["seconds"], r["test"]["auc"]) for p, r in results.items()})
+    return Run(results, restarted)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(stream, make_config) -> Run:
+    cfg, passes = stream
+    return _run(_fresh(make_config, cfg), passes)
+
+
+def _assert_trained_once(cfg: PipelineConfig, run: Run, passes: list[str]) -> None:
+    client = ClusterClient.from_config(cfg)
+    for pass_id in passes:
+        rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
+        status = client.pass_status(pass_id)["train"]
+        assert status["test"]["count"] == status["train"]["count"] == rows, pass_id
+        assert not run.results[pass_id].get("already_done"), pass_id
+
+
+@pytest.mark.parametrize("role", ["PSERVER", "TRAINER"])
+def test_sigkill_mid_pass_restores_and_trains_the_pass_once(
+    stream, make_config, uninterrupted: Run, role: str
+) -> None:
+    stream_cfg, passes = stream
+    cfg = _fresh(make_config, stream_cfg)
+    run = _run(cfg, passes, kill=role)
+    assert run.restarted
+    _assert_trained_once(cfg, run, passes)
+    # the restart restored pass 1's base and trained pass 2 on top of it, as a delta
+    saves = [(i.pass_id, i.kind) for i in list_checkpoints(cfg.paths.checkpoint_root)]
+    assert saves == list(zip(passes, ["base", "delta", "delta", "delta"], strict=True))
+    after = run.results[passes[3]]["test"]["auc"]
+    reference = uninterrupted.results[passes[3]]["test"]["auc"]
+    if abs(after - reference) > AUC_TOLERANCE:  # is it more than run-to-run noise?
+        second = _run(_fresh(make_config, stream_cfg), passes)
+        spread = abs(second.results[passes[3]]["test"]["auc"] - reference)
+        assert abs(after - reference) <= max(AUC_TOLERANCE, spread), (after, reference, spread)
+
+
+def test_uninterrupted_run_checkpoints_every_pass(stream, uninterrupted: Run) -> None:
+    _, passes = stream
+    for pass_id in passes:
+        checkpoint = uninterrupted.results[pass_id]["checkpoint"]
+        assert checkpoint["name"] == f"{pass_id}-{'base' if pass_id == passes[0] else 'delta'}"
+        assert 0 < checkpoint["saved_keys"] <= checkpoint["table_keys"]
+    keys = [uninterrupted.results[p]["checkpoint"]["table_keys"] for p in passes]
+    assert keys == sorted(keys)  # no eviction configured: the table only grows
+    assert uninterrupted.results[passes[3]]["test"]["auc"] > 0.65
+
+
+def test_commands_are_idempotent_across_restarts(stream, make_config) -> None:
+    """A repeated train command is acknowledged without training; after a restart (and with
+    its done marker lost, as in a crash between the save and the marker) the restored
+    checkpoint still says the pass is in the model."""
+    stream_cfg, passes = stream
+    cfg = _fresh(make_config, stream_cfg)
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    with LocalCluster(cfg, resolved) as cluster:
+        first = cluster.client.train(passes[0])
+        again = cluster.client.train(passes[0])
+        assert again["already_done"] and again["test"] == first["test"]
+        cluster.restart()
+        r = connect(cfg.redis.url)
+        r.delete(RedisKeys(cfg.name).done("train", passes[0]))
+        replay = cluster.client.train(passes[0])
+        assert replay["already_done"] and replay["already_in_model"] == f"{passes[0]}-base"
+        assert replay["test"] == first["test"]
+        assert r.exists(RedisKeys(cfg.name).done("train", passes[0]))  # marker rewritten
+        second = cluster.client.train(passes[1])
+        assert not second.get("already_done") and second["checkpoint"]["kind"] == "delta"
+
+
+def test_restart_between_passes_restores_base_and_delta(stream, make_config, uninterrupted: Run):
+    """Stop after two passes (a base and a delta), start again: pass 3 scores like the
+    uninterrupted run, so both saves (sparse and dense) came back."""
+    stream_cfg, passes = stream
+    cfg = _fresh(make_config, stream_cfg)
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    with LocalCluster(cfg, resolved) as cluster:
+        for pass_id in passes[:2]:
+            cluster.client.train(pass_id)
+        cluster.restart()
+        third = cluster.client.train(passes[2])
+    assert third["checkpoint"]["name"] == f"{passes[2]}-delta"
+    reference = uninterrupted.results[passes[2]]["test"]["auc"]
+    assert abs(third["test"]["auc"] - reference) <= AUC_TOLERANCE, (third["test"], reference)

@@ -1,0 +1,159 @@
+"""Checkpoint chains on disk: which save comes next, what to restore, what to delete.
+
+Every save is a directory ``<checkpoint_root>/<pass_id>-<kind>`` holding what the servers
+wrote plus ``CHECKPOINT.json`` (a ``CheckpointInfo``), published by one rename. Kinds:
+
+    base   mode-0 save of every key (every ``base_every_passes`` passes)
+    delta  mode-1 save of the keys touched since the previous save (every other pass)
+    daily  the maintenance save after a logical day's last pass: mode 3 (every key, and +1
+           to every key's unseen-days clock) right after a shrink; a base for restores
+
+A chain is a base (or daily) followed by the deltas saved after it, each naming its parent.
+Restoring loads the newest complete chain in order: a table load overwrites the keys it
+reads and keeps the others, so base + deltas rebuild the table (dense tables are whole in
+every save). Pure logic and file reading; the fleet calls live in ``pass_steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+from pydantic import BaseModel, ValidationError
+
+from streamrec.atomic_fs import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_MANIFEST = "CHECKPOINT.json"
+CheckpointKind = Literal["base", "delta", "daily"]
+SAVE_MODE: dict[str, int] = {"base": 0, "delta": 1, "daily": 3}
+
+
+class CheckpointInfo(BaseModel):
+    """CHECKPOINT.json: what a save holds and where the stream stood."""
+
+    pass_id: str  # the last pass trained into this state
+    kind: CheckpointKind
+    mode: int
+    seq: int  # position in the cluster's history of saves; newest is highest
+    parent: str | None  # the directory name of the save this one applies on top of
+    day: str | None = None  # daily saves: the logical day (YYYYMMDD) they closed
+    table_keys: int  # keys in the table after this save
+    saved_keys: int  # keys written by this save
+    consumed_to: dict[str, dict[str, int]] = {}
+    resume_offsets: dict[str, dict[str, int]] = {}
+    train: dict[str, Any] | None = None  # the pass's train result, for idempotent replies
+    created_at: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"{self.pass_id}-{self.kind}"
+
+    @property
+    def is_base(self) -> bool:
+        return self.kind != "delta"
+
+
+def write_info(directory: Path, info: CheckpointInfo) -> None:
+    """Write ``info`` into a save directory (before it is published)."""
+    stamped = info.model_copy(update={"created_at": datetime.now(UTC).isoformat()})
+    write_text_atomic(directory / CHECKPOINT_MANIFEST, stamped.model_dump_json(indent=2))
+
+
+def list_checkpoints(root: Path) -> list[CheckpointInfo]:
+    """Published saves under ``root``, oldest first (temporaries and strays are skipped)."""
+    found = []
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    for d in root.iterdir():
+        manifest = d / CHECKPOINT_MANIFEST
+        if d.name.startswith(".") or not manifest.is_file():
+            continue
+        try:
+            info = CheckpointInfo.model_validate_json(manifest.read_text())
+        except (ValidationError, json.JSONDecodeError) as e:
+            log.warning("ignoring checkpoint %s: unreadable %s (%s)", d, CHECKPOINT_MANIFEST, e)
+            continue
+        if info.name == d.name:
+            found.append(info)
+    return sorted(found, key=lambda i: i.seq)
+
+
+def restore_chain(root: Path) -> list[CheckpointInfo]:
+    """The saves to load in order: the newest save whose chain back to a base is complete."""
+    by_name = {i.name: i for i in list_checkpoints(root)}
+    for newest in sorted(by_name.values(), key=lambda i: i.seq, reverse=True):
+        chain = [newest]
+        while not chain[-1].is_base:
+            parent = by_name.get(chain[-1].parent or "")
+            if parent is None:
+                log.warning("checkpoint %s: parent %s is gone", newest.name, chain[-1].parent)
+                break
+            chain.append(parent)
+        if chain[-1].is_base:
+            return chain[::-1]
+    return []
+
+
+def next_kind(chain: list[CheckpointInfo], base_every_passes: int) -> CheckpointKind:
+    """``base`` when the chain is empty or already holds ``base_every_passes`` passes."""
+    if not chain:
+        return "base"
+    deltas = len(chain) - 1
+    return "base" if deltas + 1 >= base_every_passes else "delta"
+
+
+def expired(root: Path, keep_bases: int) -> list[Path]:
+    """Save directories older than the newest ``keep_bases`` bases (deltas included)."""
+    saves = list_checkpoints(root)
+    bases = [i for i in saves if i.is_base]
+    if len(bases) <= keep_bases:
+        return []
+    oldest_kept = bases[-keep_bases].seq
+    return [Path(root) / i.name for i in saves if i.seq < oldest_kept]
+
+
+def apply_retention(root: Path, keep_bases: int) -> list[str]:
+    """Delete expired saves; their names."""
+    gone = []
+    for path in expired(root, keep_bases):
+        shutil.rmtree(path, ignore_errors=True)
+        gone.append(path.name)
+    if gone:
+        log.info("retention: deleted checkpoints %s", ", ".join(gone))
+    return gone
+
+
+def saved_keys(directory: Path) -> np.ndarray:
+    """The keys of every sparse table file in a save (sorted, unique, uint64).
+
+    The servers write one ``part-<server>-<shard>`` file per shard (gzip for full saves), a
+    line per key: the key, then its values, space-separated."""
+    keys = [np.empty(0, dtype=np.uint64)]
+    for part in sorted(Path(directory).glob("*/part-*-*")):  # part-<server>-<shard>: sparse
+        if part.stat().st_size == 0:
+            continue
+        try:
+            table = pacsv.read_csv(
+                part,
+                read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+                parse_options=pacsv.ParseOptions(delimiter=" "),
+                convert_options=pacsv.ConvertOptions(
+                    include_columns=["f0"], column_types={"f0": pa.uint64()}
+                ),
+            )
+        except pa.ArrowInvalid as e:
+            if "Empty CSV file" in str(e):  # an empty gzip: a shard with no keys
+                continue
+            raise
+        keys.append(table.column("f0").to_numpy())
+    return np.unique(np.concatenate(keys))
