@@ -114,10 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     exe = paddle.static.Executor(place)
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
-    ctx = WorkerContext(cfg, graph, exe, fleet.worker_index(), fleet.worker_num())
+    rank = fleet.worker_index()
     channel = WorkerChannel(
-        connect(cfg.redis.url), RedisKeys(cfg.name), ctx.rank, cfg.cluster.heartbeat_seconds
+        connect(cfg.redis.url), RedisKeys(cfg.name), rank, cfg.cluster.heartbeat_seconds
     )
+    ctx = WorkerContext(cfg, graph, exe, rank, fleet.worker_num(), report=channel.set_stage)
     restored = pass_steps.restore(ctx)
     if ctx.leader:  # done markers past the restored model name work it no longer holds
         channel.forget_done_after(restored.pass_id if restored else "")

@@ -167,7 +167,7 @@ class WorkerChannel:
         self._keys = keys
         self.rank = rank
         self._heartbeat_s = heartbeat_s
-        self._state = "starting"
+        self._state = self._command_state = "starting"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
@@ -175,7 +175,12 @@ class WorkerChannel:
         self._thread.start()
 
     def set_state(self, state: str) -> None:
-        self._state = state
+        """What the worker is doing, e.g. ``train 202601010000``; sent with each heartbeat."""
+        self._state = self._command_state = state
+
+    def set_stage(self, stage: str) -> None:
+        """The stage within the current command: ``train 202601010000: evaluate``."""
+        self._state = f"{self._command_state}: {stage}"
 
     def _beat(self) -> None:
         key = self._keys.heartbeat(WORKER, self.rank)

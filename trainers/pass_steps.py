@@ -17,6 +17,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,16 +50,6 @@ EXPORT_SPEC = "export_spec.json"
 EXPORT_VERSION = 1
 
 
-@contextmanager
-def timed(stage: str, into: dict[str, float]):
-    """Record the wall time of ``stage`` (seconds) in ``into``."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        into[stage] = round(time.perf_counter() - start, 3)
-
-
 @dataclass
 class WorkerContext:
     """Everything a worker's steps need, built once at start."""
@@ -68,6 +59,7 @@ class WorkerContext:
     exe: Any
     rank: int
     workers: int
+    report: Callable[[str], None] = lambda stage: None  # e.g. into the worker's heartbeat
     chain: list[CheckpointInfo] = field(default_factory=list)  # the saves the model is in
     table_keys: np.ndarray = field(  # worker 0: keys in the sparse table, from the saves
         default_factory=lambda: np.empty(0, dtype=np.uint64)
@@ -76,6 +68,16 @@ class WorkerContext:
     @property
     def leader(self) -> bool:
         return self.rank == 0
+
+    @contextmanager
+    def stage(self, name: str, seconds: dict[str, float]) -> Iterator[None]:
+        """Report the stage ``name`` and record its wall time (seconds) in ``seconds``."""
+        self.report(name)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds[name] = round(time.perf_counter() - start, 3)
 
 
 def _scope_array(name: str) -> np.ndarray:
@@ -168,21 +170,21 @@ def _test_then_train(
 
     threads = _threads(ctx, files)
     if ctx.cfg.model.runner.reader_type == "QueueDataset":
-        with timed("test", seconds):
+        with ctx.stage("test", seconds):
             test = _run(ctx, _queue_dataset(ctx, files, threads) if files else None, train=False)
-        with timed("train", seconds):
+        with ctx.stage("train", seconds):
             train = _run(ctx, _queue_dataset(ctx, files, threads) if files else None, train=True)
         return test, train
     # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
     # all workers (a collective: every worker takes part, with or without files) and train.
-    with timed("load", seconds):
+    with ctx.stage("load", seconds):
         dataset = _in_memory_dataset(ctx, files, threads)
     try:
-        with timed("test", seconds):
+        with ctx.stage("test", seconds):
             test = _run(ctx, dataset, train=False)
-        with timed("shuffle", seconds):
+        with ctx.stage("shuffle", seconds):
             dataset.global_shuffle(fleet)
-        with timed("train", seconds):
+        with ctx.stage("train", seconds):
             train = _run(ctx, dataset, train=True)
     finally:
         dataset.release_memory()
@@ -215,7 +217,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "metrics_exact": ctx.cfg.model.runner.thread_num == 1,
     }
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
-    with timed("save", seconds):
+    with ctx.stage("save", seconds):
         info = _save(ctx, pass_id, kind, command_id, manifest, result)
     result["checkpoint"] = _checkpoint_summary(ctx, info)
     return result
@@ -234,10 +236,10 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any
         )
     keys_before = ctx.chain[-1].table_keys
     seconds: dict[str, float] = {}
-    with timed("shrink", seconds):
+    with ctx.stage("shrink", seconds):
         fleet.shrink()
     manifest = read_manifest(pass_dir(ctx.cfg.paths.data_root, pass_id))
-    with timed("save", seconds):
+    with ctx.stage("save", seconds):
         info = _save(ctx, pass_id, "daily", command_id, manifest, ctx.chain[-1].train)
     return {
         "pass_id": pass_id,
@@ -357,7 +359,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     graph = ctx.graph
     feeds = list(graph.pooled.values()) + ([graph.dense_var] if graph.dense_var else [])
     seconds: dict[str, float] = {}
-    with timed("save", seconds):
+    with ctx.stage("save", seconds):
         fleet.save_inference_model(ctx.exe, str(raw), feeds, [graph.predict], mode=0)
     if ctx.leader:
         schema = ctx.cfg.feature_schema

@@ -52,16 +52,16 @@ def _role(proc: psutil.Process) -> str:
 
 
 def _kill_mid_pass(cluster: LocalCluster, command_id: str, pass_id: str, role: str) -> None:
-    """SIGKILL one ``role`` process once the workers are busy with ``pass_id``."""
+    """SIGKILL one ``role`` process once the workers are training on ``pass_id``."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         states = {w["state"] for w in cluster.client.live_workers()}
-        if f"train {pass_id}" in states:
+        if f"train {pass_id}: train" in states:  # the stage, from the heartbeats
             break
         time.sleep(0.05)
     else:
-        pytest.fail(f"the workers never started {pass_id}")
-    time.sleep(1.0)  # into the pass (~1.2 s of evaluation, then training), before its save
+        pytest.fail(f"the workers never started training on {pass_id}")
+    time.sleep(0.3)  # into the training phase (~0.8 s), before the save
     victims = [p for p in cluster.members() if _role(p) == role]
     assert victims, f"no {role} process among {cluster.members()}"
     key = RedisKeys(cluster.cfg.name).command(command_id)
