@@ -18,6 +18,7 @@ __all__ = [
     "STAT_NAMES",
     "PassMetrics",
     "bucket_auc",
+    "bucket_error",
     "bucketize",
     "exact_auc",
     "metrics_from_stats",
@@ -38,6 +39,7 @@ class PassMetrics:
     rmse: float
     actual_ctr: float
     predicted_ctr: float
+    bucket_error: float  # calibration error within score ranges: 0.0 is calibrated
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -53,6 +55,38 @@ def bucket_auc(pos: np.ndarray, neg: np.ndarray) -> float:
         return 0.5
     tp_prev = np.concatenate([[0.0], tp[:-1]])
     return float(np.sum(neg * (tp + tp_prev) / 2.0) / (tp[-1] * fp[-1]))
+
+
+def bucket_error(
+    pos: np.ndarray, neg: np.ndarray, max_span: float = 0.01, error_bound: float = 0.05
+) -> float:
+    """Calibration error across score ranges (the online-CTR "bucket error").
+
+    Walking the score buckets upwards, consecutive buckets are pooled until the pool holds
+    enough samples to estimate its predicted CTR c to a relative standard error
+    sqrt((1 - c) / (c n)) below ``error_bound``; a pool spanning more than ``max_span`` of
+    score restarts. Each closed pool contributes |actual CTR / predicted CTR - 1|, weighted
+    by its samples. 0.0 when no pool ever gets enough samples.
+    """
+    pos = np.asarray(pos, dtype=np.float64).reshape(-1)
+    shows = pos + np.asarray(neg, dtype=np.float64).reshape(-1)
+    buckets = len(shows)
+    error_sum = weight = 0.0
+    start = -1.0
+    n = score_sum = clicks = 0.0
+    for i in np.flatnonzero(shows):
+        score = i / buckets
+        if score - start > max_span:
+            start, n, score_sum, clicks = score, 0.0, 0.0, 0.0
+        n += shows[i]
+        score_sum += score * shows[i]
+        clicks += pos[i]
+        predicted = score_sum / n
+        if predicted > 0 and math.sqrt((1 - predicted) / (predicted * n)) < error_bound:
+            error_sum += abs(clicks / n / predicted - 1) * n
+            weight += n
+            start = -1.0
+    return error_sum / weight if weight else 0.0
 
 
 def bucketize(
@@ -71,7 +105,7 @@ def metrics_from_stats(pos: np.ndarray, neg: np.ndarray, sums: dict[str, float])
     n = sums["count"]
     if n <= 0:
         nan = math.nan
-        return PassMetrics(0, nan, nan, nan, nan, nan, nan, nan)
+        return PassMetrics(0, nan, nan, nan, nan, nan, nan, nan, nan)
     return PassMetrics(
         count=round(n),
         auc=bucket_auc(pos, neg),
@@ -81,4 +115,5 @@ def metrics_from_stats(pos: np.ndarray, neg: np.ndarray, sums: dict[str, float])
         rmse=math.sqrt(sums["sq_err_sum"] / n),
         actual_ctr=sums["clicks"] / n,
         predicted_ctr=sums["pred_sum"] / n,
+        bucket_error=bucket_error(pos, neg),
     )

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from trainers.metrics import bucket_auc, bucketize, exact_auc, metrics_from_stats
+from trainers.metrics import bucket_auc, bucket_error, bucketize, exact_auc, metrics_from_stats
 
 BUCKETS = 4095
 
@@ -65,6 +65,55 @@ def test_metrics_from_sums_equal_direct_formulas(data) -> None:
     assert m.rmse == pytest.approx(math.sqrt(np.mean((y - p) ** 2)), abs=1e-6)
 
 
+def _naive_bucket_error(scores: np.ndarray, labels: np.ndarray, buckets: int) -> float:
+    """Pools of samples (not sums) walked bucket by bucket, as bucket_error defines them."""
+    by_bucket: dict[int, list[int]] = {}
+    for s, y in zip(scores, labels, strict=True):
+        by_bucket.setdefault(min(int(s * buckets), buckets), []).append(int(y))
+    errors, weights = [], []
+    pool: list[tuple[float, int]] = []
+    start = -1.0
+    for b in sorted(by_bucket):
+        if b / buckets - start > 0.01:
+            start, pool = b / buckets, []
+        pool += [(b / buckets, y) for y in by_bucket[b]]
+        predicted = sum(v for v, _ in pool) / len(pool)
+        if predicted > 0 and math.sqrt((1 - predicted) / (predicted * len(pool))) < 0.05:
+            errors.append(abs(sum(y for _, y in pool) / len(pool) / predicted - 1) * len(pool))
+            weights.append(len(pool))
+            start = -1.0
+    return sum(errors) / sum(weights) if weights else 0.0
+
+
+def _ctr_sample(n: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Labels drawn from CTR-like probabilities; scores are ``scale`` times those."""
+    rng = np.random.default_rng(1)
+    p = rng.beta(2, 20, n)
+    return np.clip(p * scale, 0, 1), (rng.random(n) < p).astype(np.int64)
+
+
+def test_bucket_error_equals_the_pooled_samples_oracle() -> None:
+    for scale in (1.0, 0.5, 1.3):
+        scores, labels = _ctr_sample(50_000, scale)
+        pos, neg = bucketize(scores, labels, BUCKETS)
+        assert bucket_error(pos, neg) == pytest.approx(
+            _naive_bucket_error(scores, labels, BUCKETS), abs=1e-6
+        )
+
+
+def test_bucket_error_sees_miscalibration_copc_misses() -> None:
+    calibrated = bucket_error(*bucketize(*_ctr_sample(400_000, 1.0), BUCKETS))
+    halved = bucket_error(*bucketize(*_ctr_sample(400_000, 0.5), BUCKETS))
+    assert calibrated < 0.05
+    assert halved == pytest.approx(1.0, abs=0.1)  # actual CTR twice the predicted
+    # over- and under-prediction that cancel in COPC: bucket error still sees both
+    scores, labels = _ctr_sample(400_000, 1.0)
+    twisted = np.where(scores < 0.12, scores * 0.7, np.minimum(scores * 1.3, 1.0))
+    assert labels.sum() / twisted.sum() == pytest.approx(1.0, abs=0.01)
+    assert bucket_error(*bucketize(twisted, labels, BUCKETS)) > 0.3
+    assert bucket_error(np.zeros(8), np.zeros(8)) == 0.0
+
+
 def test_summing_worker_stats_equals_one_evaluation(data) -> None:
     p, y = data
     shards = [(p[i::3], y[i::3]) for i in range(3)]  # three workers
@@ -87,4 +136,4 @@ def test_degenerate_inputs() -> None:
             for k in ("count", "clicks", "pred_sum", "logloss_sum", "abs_err_sum", "sq_err_sum")
         },
     )
-    assert empty.count == 0 and math.isnan(empty.auc)
+    assert empty.count == 0 and math.isnan(empty.auc) and math.isnan(empty.bucket_error)
