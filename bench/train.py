@@ -1,0 +1,257 @@
+"""Training throughput of the streamrec cluster against Paddle's documented PS example, and
+the servers' memory with and without eviction.
+
+1. One synthetic pass (``--rows``) goes through the real broker and pass builder. Our
+   cluster (1 server + 2 workers, Redis control plane, progressive metrics, checkpoint)
+   trains it; the reference (bench/reference_trainer.py: plain TSV files, a
+   MultiSlotDataGenerator pipe reader, ``train_from_dataset``; same model, strategy, batch
+   size, servers and workers) trains the same rows. Samples/s of the training phase on
+   both, then our whole command (evaluation + training + checkpoint) for context.
+2. ``--memory-passes`` passes of a heavy-tail stream (one-off user ids), four passes a
+   logical day with the daily maintenance, trained with eviction off and on; the servers'
+   peak RSS (VmHWM) and the table's key count for each.
+
+    .venv/bin/python bench/train.py [--rows 200000] [--memory-passes 20] [--memory-events 100000]
+
+Ends with ``RESULT train_ratio <ours / reference>`` and the two peak RSS figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from machine import hardware_line
+
+from streaming.pass_builder import PassBuilder
+from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
+from streaming.topics import ensure_topic
+from streamrec.config import PipelineConfig, dump_config, load_config, with_services
+from streamrec.local_services import free_port, local_services
+from streamrec.passes import pass_dir, read_manifest
+from trainers.launcher import LocalCluster, fleetrun_path
+
+REPO = Path(__file__).resolve().parent.parent
+FIRST = "202601010000"
+
+
+def _section(cfg: PipelineConfig, name: str, **values) -> PipelineConfig:
+    return cfg.model_copy(update={name: getattr(cfg, name).model_copy(update=values)})
+
+
+def _config(services, root: Path, name: str, events: int, **synthetic) -> PipelineConfig:
+    cfg = with_services(
+        load_config(REPO / "configs" / "pipeline.yaml"),
+        services.bootstrap_servers,
+        services.redis_url,
+    )
+    cfg = cfg.model_copy(update={"name": name})
+    cfg = _section(cfg, "join", mode="label_in_impression")
+    cfg = _section(cfg, "kafka", impressions_topic=f"impressions-{name}")
+    cfg = _section(cfg, "synthetic", events_per_pass=events, **synthetic)
+    return _section(
+        cfg,
+        "paths",
+        data_root=root / name / "data",
+        checkpoint_root=root / name / "checkpoints",
+        model_root=root / name / "models",
+        work_root=root / name / "run",
+    )
+
+
+def _build(cfg: PipelineConfig, passes: int) -> list[str]:
+    ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
+    producer = make_producer(cfg.kafka.bootstrap_servers)
+    ids = []
+    for pass_id, batch in synthetic_passes(cfg, FIRST, passes):
+        send_messages(producer, messages_for(cfg, batch))
+        ids.append(pass_id)
+    producer.close()
+    builder = PassBuilder(cfg)
+    try:
+        builder.run(until_pass=ids[passes - 1], idle_timeout_s=60)
+    finally:
+        builder.close()
+    return ids[:passes]
+
+
+def _tsv_files(cfg: PipelineConfig, pass_id: str, out: Path) -> list[str]:
+    """The pass's rows as the reference reader's TSV, one file per Parquet part."""
+    schema = cfg.feature_schema
+    directory = pass_dir(cfg.paths.data_root, pass_id)
+    files = []
+    for part in read_manifest(directory).parts:
+        rows = pq.read_table(directory / part.file).to_pylist()
+        path = out / (Path(part.file).stem + ".tsv")
+        with open(path, "w") as f:
+            for r in rows:
+                sparse = [",".join(r[s.name]) if s.multi else r[s.name] for s in schema.sparse]
+                dense = ",".join(repr(r[d.name]) for d in schema.dense)
+                f.write("\t".join([str(r["label"]), dense, *sparse]) + "\n")
+        files.append(str(path))
+    return files
+
+
+def _reference(cfg: PipelineConfig, files: list[str], work: Path) -> float:
+    """Seconds of the reference's ``train_from_dataset`` (slowest worker)."""
+    c = cfg.cluster
+    resolved = dump_config(cfg, work / "reference.yaml")
+    out = work / "reference-out"
+    cmd = [
+        fleetrun_path(),
+        "--http_port",
+        str(free_port()),
+        "--servers",
+        ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.servers)),
+        "--workers",
+        ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.workers)),
+        "--log_dir",
+        str(work / "reference-logs"),
+        str(REPO / "bench" / "reference_trainer.py"),
+        "--config",
+        str(resolved),
+        "--files",
+        ",".join(files),
+        "--out",
+        str(out),
+    ]
+    env = {**os.environ, "PADDLE_WITH_GLOO": "1", "GLOG_minloglevel": "2", "PYTHONHASHSEED": "0"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    logs = work / "reference-logs"
+    with subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    ) as fleetrun:
+        try:
+            fleetrun.wait(timeout=900)
+        except subprocess.TimeoutExpired:  # fleetrun waits forever when a server dies
+            os.killpg(fleetrun.pid, signal.SIGKILL)
+    reports = [out / f"worker-{r}.json" for r in range(c.workers)]
+    if not all(r.exists() for r in reports):  # fleetrun exits 0 when a worker fails
+        tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(logs.glob("*")))
+        raise SystemExit(f"the reference trainer failed:\n{tails}")
+    return max(json.loads(r.read_text())["seconds"] for r in reports)
+
+
+def _server_memory_mib(cluster: LocalCluster, field: str) -> float:
+    """Sum over the server processes of a /proc status field (VmRSS now, VmHWM peak)."""
+    total = 0.0
+    for proc in cluster.members():
+        if proc.environ().get("TRAINING_ROLE") == "PSERVER":
+            status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            total += next(int(line.split()[1]) for line in status if line.startswith(field))
+    return total / 1024
+
+
+def throughput(services, root: Path, rows: int) -> tuple[float, float]:
+    """Samples/s of training one pass: (ours, reference)."""
+    cfg = _config(services, root, "throughput", rows)
+    first = _build(cfg, 1)[0]
+    n = read_manifest(pass_dir(cfg.paths.data_root, first)).rows
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    with LocalCluster(cfg, resolved) as cluster:
+        start = time.perf_counter()
+        result = cluster.client.train(first)
+        command = time.perf_counter() - start
+    seconds = result["seconds"]
+    tsv = root / "tsv"
+    tsv.mkdir()
+    reference = _reference(cfg, _tsv_files(cfg, first, tsv), root / "throughput" / "run")
+    ours = n / seconds["train"]
+    ref = n / reference
+    print(f"pass of {n:,} rows, {cfg.cluster.servers} server(s), {cfg.cluster.workers} workers")
+    print(f"  streamrec training phase            {seconds['train']:7.2f}s {ours:>10,.0f} rows/s")
+    print(f"  reference train_from_dataset (TSV)  {reference:7.2f}s {ref:>10,.0f} rows/s")
+    print(
+        f"  streamrec whole command             {command:7.2f}s {n / command:>10,.0f} rows/s"
+        f"  (evaluate {seconds['test']:.2f}s + train + save {seconds['save']:.2f}s + control)"
+    )
+    return ours, ref
+
+
+def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[float, float, int]]:
+    """Servers' RSS at start and peak (MiB) and the final table keys, eviction off and on."""
+    heavy = {"cardinality": {"user_id": 20_000_000, "item_id": 200_000}}
+    base = _config(services, root, "memory", events, **heavy)
+    base = _section(base, "passes", pass_minutes=360)  # four passes a logical day
+    ids = _build(base, passes)
+    figures = {}
+    for label, table in (
+        ("off", {}),
+        ("on", {"delete_threshold": 0.25, "delete_after_unseen_days": 1}),
+    ):
+        cfg = base.model_copy(update={"name": f"memory-{label}"})
+        hp = cfg.model.hyper_parameters
+        sparse = hp.sparse_table.model_copy(update=table)
+        model = cfg.model.model_copy(
+            update={"hyper_parameters": hp.model_copy(update={"sparse_table": sparse})}
+        )
+        cfg = cfg.model_copy(update={"model": model})
+        cfg = _section(
+            cfg, "paths", checkpoint_root=root / f"ckpt-{label}", work_root=root / f"run-{label}"
+        )
+        resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+        keys = 0
+        with LocalCluster(cfg, resolved) as cluster:
+            start = _server_memory_mib(cluster, "VmRSS")
+            for i, pass_id in enumerate(ids, 1):
+                keys = cluster.client.train(pass_id)["checkpoint"]["table_keys"]
+                daily = cluster.client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
+                if daily["maintenance"]:
+                    keys = daily["checkpoint"]["table_keys"]
+                print(
+                    f"\r  eviction {label}: pass {i}/{len(ids)}, {keys:,} keys", end="", flush=True
+                )
+            peak = _server_memory_mib(cluster, "VmHWM")
+        print()
+        figures[label] = (start, peak, keys)
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rows", type=int, default=200_000, help="rows of the timed pass")
+    parser.add_argument(
+        "--memory-passes", type=int, default=20, help="passes of the RSS run (0: skip it)"
+    )
+    parser.add_argument(
+        "--memory-events", type=int, default=100_000, help="events per pass of the RSS run"
+    )
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        with local_services(root / "services") as services:
+            print(f"hardware: {hardware_line()}")
+            ours, ref = throughput(services, root, args.rows)
+            figures = (
+                memory(services, root, args.memory_passes, args.memory_events)
+                if args.memory_passes
+                else {}
+            )
+    for label, (start, peak, keys) in figures.items():
+        print(
+            f"  eviction {label:<3}  server RSS {start:7.1f} MiB at start, peak {peak:7.1f} MiB"
+            f" (+{peak - start:.1f}), {keys:,} keys at the end"
+        )
+    print(f"RESULT train_ratio {ours / ref:.2f}")
+    for label, (_, peak, _) in figures.items():
+        print(f"RESULT server_peak_rss_mib_eviction_{label} {peak:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
