@@ -285,7 +285,8 @@ class RunnerConfig(_Strict):
             raise ValueError(
                 "'geo' in Paddle 2.6.2 keeps a fixed-size embedding on every worker "
                 "(GeoCommunicator rejects sparse_embedding's hashed 64-bit feature signs at "
-                "init_worker). Use 'async'"
+                "init_worker), and with a fixed-size one its checkpoints omit the embedding "
+                "table, so the cluster could not restart. Use 'async'"
             )
         return v
 
