@@ -4,8 +4,9 @@ trains its share of plain-text files through ``QueueDataset`` with a
 ``MultiSlotDataGenerator`` pipe reader (bench/reference_reader.py) and
 ``train_from_dataset``, then writes its wall time to ``<out>/worker-<rank>.json``.
 
-The network is streamrec's (``trainers.models``), built from the same config, so both
-sides train the same model with the same strategy and batch size.
+The program is streamrec's (``build_distributed_program``: the model and the fleet
+strategy from the same config), so both sides train the same model with the same strategy
+and batch size; everything after it is Paddle's example.
 """
 
 import argparse
@@ -15,8 +16,7 @@ import time
 from pathlib import Path
 
 from streamrec.config import load_config
-from trainers.models import MODELS
-from trainers.strategy import build_optimizer, build_strategy
+from trainers.strategy import build_distributed_program
 
 
 def main() -> None:
@@ -26,17 +26,13 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args()
 
-    # paddle after pyarrow (imported by trainers.models): the other order crashes in
+    # paddle after pyarrow (imported with trainers.strategy): the other order crashes in
     # pyarrow's zlib on import ("double free or corruption")
     import paddle
     from paddle.distributed import fleet
 
     cfg = load_config(args.config)
-    paddle.enable_static()
-    fleet.init(is_collective=False)
-    graph = MODELS[cfg.model.model]().build(cfg.feature_schema, cfg.model.hyper_parameters)
-    optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg.model))
-    optimizer.minimize(graph.loss)
+    graph = build_distributed_program(cfg)
 
     if fleet.is_server():
         fleet.init_server()

@@ -90,19 +90,18 @@ def make_config(
     return make
 
 
-PassBuilderRun = Callable[[PipelineConfig, str, int], dict[str, Any]]
+PassRun = Callable[[PipelineConfig, str, int], dict[str, Any]]
 
 
 @pytest.fixture(scope="session")
-def build_passes() -> PassBuilderRun:
-    """``build_passes(cfg, first_pass, n)``: produce ``n`` synthetic passes from
-    ``first_pass`` on the config's topics and build them into pass directories (real broker,
-    real builder); the synthetic batches by pass id."""
-    from streaming.pass_builder import PassBuilder
+def produce_passes() -> PassRun:
+    """``produce_passes(cfg, first_pass, n)``: send ``n`` synthetic passes from
+    ``first_pass`` to the config's topics (created if missing) on the real broker; the
+    synthetic batches by pass id."""
     from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
     from streaming.topics import ensure_topic
 
-    def build(cfg: PipelineConfig, first_pass: str, n: int) -> dict[str, Any]:
+    def produce(cfg: PipelineConfig, first_pass: str, n: int) -> dict[str, Any]:
         topics = [cfg.kafka.impressions_topic]
         if cfg.join.mode == "click_join":
             topics.append(cfg.join.clicks_topic)
@@ -113,6 +112,19 @@ def build_passes() -> PassBuilderRun:
         for batch in batches.values():
             send_messages(producer, messages_for(cfg, batch))
         producer.close()
+        return batches
+
+    return produce
+
+
+@pytest.fixture(scope="session")
+def build_passes(produce_passes: PassRun) -> PassRun:
+    """``build_passes(cfg, first_pass, n)``: ``produce_passes``, then build them into pass
+    directories with the real builder; the synthetic batches by pass id."""
+    from streaming.pass_builder import PassBuilder
+
+    def build(cfg: PipelineConfig, first_pass: str, n: int) -> dict[str, Any]:
+        batches = produce_passes(cfg, first_pass, n)
         builder = PassBuilder(cfg)
         try:
             builder.run(until_pass=list(batches)[n - 1], idle_timeout_s=60)

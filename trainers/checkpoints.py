@@ -133,12 +133,14 @@ def apply_retention(root: Path, keep_bases: int) -> list[str]:
     return gone
 
 
-def saved_keys(directory: Path) -> np.ndarray:
-    """The keys of every sparse table file in a save (sorted, unique, uint64).
+def saved_column(directory: Path, column: int, dtype: pa.DataType) -> np.ndarray:
+    """One column of every key's line in every sparse table file of a save.
 
     The servers write one ``part-<server>-<shard>`` file per shard (gzip for full saves), a
-    line per key: the key, then its values, space-separated."""
-    keys = [np.empty(0, dtype=np.uint64)]
+    line per key: the key, then its values, space-separated (``strategy.saved_value_layout``
+    names the columns)."""
+    name = f"f{column}"
+    values = [pa.array([], type=dtype).to_numpy()]
     for part in sorted(Path(directory).glob("*/part-*-*")):  # part-<server>-<shard>: sparse
         if part.stat().st_size == 0:
             continue
@@ -148,12 +150,17 @@ def saved_keys(directory: Path) -> np.ndarray:
                 read_options=pacsv.ReadOptions(autogenerate_column_names=True),
                 parse_options=pacsv.ParseOptions(delimiter=" "),
                 convert_options=pacsv.ConvertOptions(
-                    include_columns=["f0"], column_types={"f0": pa.uint64()}
+                    include_columns=[name], column_types={name: dtype}
                 ),
             )
         except pa.ArrowInvalid as e:
             if "Empty CSV file" in str(e):  # an empty gzip: a shard with no keys
                 continue
             raise
-        keys.append(table.column("f0").to_numpy())
-    return np.unique(np.concatenate(keys))
+        values.append(table.column(name).to_numpy())
+    return np.concatenate(values)
+
+
+def saved_keys(directory: Path) -> np.ndarray:
+    """The keys of every sparse table file in a save (sorted, unique, uint64)."""
+    return np.unique(saved_column(directory, 0, pa.uint64()))

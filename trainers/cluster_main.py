@@ -15,27 +15,17 @@ import sys
 import traceback
 from pathlib import Path
 
-import numpy as np
-
 from streamrec.config import load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_keys import RedisKeys
 from trainers import pass_steps
 from trainers.control_plane import Command, WorkerChannel, connect
 from trainers.devices import executor_place
-from trainers.models import MODELS
-from trainers.pass_steps import WorkerContext
+from trainers.pass_steps import WorkerContext, agree_any
 from trainers.server_flags import ADMISSION_FLAG, preset_paddle_flags
-from trainers.strategy import build_optimizer, build_strategy
+from trainers.strategy import build_distributed_program
 
 log = logging.getLogger("trainers.cluster")
-
-
-def _agree(flag: bool) -> bool:
-    """True on every worker if ``flag`` is true on any worker."""
-    from paddle.distributed import fleet
-
-    return bool(fleet.util.all_reduce(np.array([int(flag)]), "max")[0])
 
 
 def _execute(ctx: WorkerContext, command: Command) -> dict:
@@ -62,7 +52,7 @@ def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
         error = None
         recorded = channel.is_done(command)
         in_model = pass_steps.done_in_model(ctx, command.kind, command.pass_id)
-        if _agree(recorded or in_model is not None):
+        if agree_any(recorded or in_model is not None):
             # the done marker, or (after a crash between the save and the marker) the saves
             result = channel.stored_result(command) if recorded else {**(in_model or {})}
             result["already_done"] = True
@@ -75,7 +65,7 @@ def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
             except Exception as e:  # reported to the caller through the command hash
                 error = f"{type(e).__name__}: {e}"
                 log.error("command %s failed: %s", command.id, traceback.format_exc())
-            if _agree(error is not None) and error is None:
+            if agree_any(error is not None) and error is None:
                 error = "failed on another worker"
         channel.acknowledge(command, None if error else result)
         fleet.util.barrier()
@@ -99,12 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     import paddle
     from paddle.distributed import fleet
 
-    paddle.enable_static()
     place = executor_place(cfg.cluster.use_gpu)
-    fleet.init(is_collective=False)
-    graph = MODELS[cfg.model.model]().build(cfg.feature_schema, cfg.model.hyper_parameters)
-    optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg.model))
-    optimizer.minimize(graph.loss)
+    graph = build_distributed_program(cfg)
 
     if fleet.is_server():
         fleet.init_server()

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from trainers.models import ModelGraph
 from trainers.strategy import saved_value_layout
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EXPORT_SPEC = "export_spec.json"
 EXPORT_VERSION = 1
@@ -78,6 +79,31 @@ class WorkerContext:
             yield
         finally:
             seconds[name] = round(time.perf_counter() - start, 3)
+
+    def leader_only(self, step: Callable[[], T]) -> T | None:
+        """Run ``step`` on worker 0 only, then wait for it on every worker (an all-reduce);
+        if it raised, every worker raises. An exception must not let worker 0 skip the
+        collective the others are waiting in: the cluster would hang."""
+        error: Exception | None = None
+        value = None
+        if self.leader:
+            try:
+                value = step()
+            except Exception as e:  # re-raised below, once every worker knows
+                error = e
+        failed = agree_any(error is not None)
+        if error is not None:
+            raise error
+        if failed:
+            raise RuntimeError("worker 0 failed this step; its log has the cause")
+        return value
+
+
+def agree_any(flag: bool) -> bool:
+    """True on every worker if ``flag`` is true on any worker (a gloo all-reduce)."""
+    from paddle.distributed import fleet
+
+    return bool(fleet.util.all_reduce(np.array([int(flag)]), "max")[0])
 
 
 def _scope_array(name: str) -> np.ndarray:
@@ -293,11 +319,14 @@ def _save(
     tmp = root / f".{info.name}.tmp-{command_id}"
     final = root / info.name
     fleet.save_persistables(ctx.exe, str(tmp), mode=info.mode)
-    if ctx.leader:
+
+    def publish() -> CheckpointInfo:
         keys = saved_keys(tmp)
         ctx.table_keys = keys if info.is_base else np.union1d(ctx.table_keys, keys)
-        info = info.model_copy(update={"table_keys": len(ctx.table_keys), "saved_keys": len(keys)})
-        write_info(tmp, info)
+        counted = info.model_copy(
+            update={"table_keys": len(ctx.table_keys), "saved_keys": len(keys)}
+        )
+        write_info(tmp, counted)
         stale = root / f".{info.name}.stale-{command_id}"
         if final.exists():  # left by a lineage the restored model does not descend from
             final.rename(stale)
@@ -305,7 +334,9 @@ def _save(
         shutil.rmtree(stale, ignore_errors=True)
         if info.is_base:
             apply_retention(root, ctx.cfg.checkpoints.keep_bases)
-    fleet.util.barrier()
+        return counted
+
+    info = ctx.leader_only(publish) or info
     ctx.chain = [info] if info.is_base else [*ctx.chain, info]
     log.info("checkpoint %s saved (%d keys in the table)", info.name, info.table_keys)
     return info
@@ -316,13 +347,17 @@ def restore(ctx: WorkerContext) -> CheckpointInfo | None:
     Every worker calls it at start; an empty checkpoint root starts a fresh model."""
     from paddle.distributed import fleet
 
-    chain = restore_chain(Path(ctx.cfg.paths.checkpoint_root))
+    root = Path(ctx.cfg.paths.checkpoint_root)
+    chain = restore_chain(root)
     for info in chain:
-        path = Path(ctx.cfg.paths.checkpoint_root) / info.name
-        fleet.load_model(str(path), mode=0)
-        if ctx.leader:
-            keys = saved_keys(path)
+        fleet.load_model(str(root / info.name), mode=0)
+
+    def count_keys() -> None:
+        for info in chain:
+            keys = saved_keys(root / info.name)
             ctx.table_keys = keys if info.is_base else np.union1d(ctx.table_keys, keys)
+
+    ctx.leader_only(count_keys)
     ctx.chain = chain
     if chain:
         log.info(
@@ -361,7 +396,8 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     seconds: dict[str, float] = {}
     with ctx.stage("save", seconds):
         fleet.save_inference_model(ctx.exe, str(raw), feeds, [graph.predict], mode=0)
-    if ctx.leader:
+
+    def write_spec() -> None:
         schema = ctx.cfg.feature_schema
         spec = {
             "export_version": EXPORT_VERSION,
@@ -377,5 +413,6 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
         }
         write_text_atomic(raw / EXPORT_SPEC, json.dumps(spec, indent=2))
         (raw / "_SUCCESS").touch()
-    fleet.util.barrier()
+
+    ctx.leader_only(write_spec)
     return {"pass_id": pass_id, "raw_export": str(raw), "seconds": seconds}

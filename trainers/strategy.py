@@ -5,7 +5,7 @@ geo: a_sync with ``k_steps``) and ``hyper_parameters.sparse_table`` onto
 ``strategy.sparse_table_configs`` for the shared table (SGD rule and the accessor's
 show/click, shrink and delta settings; DESIGN.md says what Paddle does with each).
 ``saved_value_layout`` says where the embedding lies in a line the servers save, which
-depends on the sparse SGD rule.
+depends on the sparse SGD rule. ``build_distributed_program`` puts them together.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from streamrec.config import ModelConfig
-from trainers.models import SPARSE_TABLE
+from streamrec.config import ModelConfig, PipelineConfig
+from trainers.models import MODELS, SPARSE_TABLE, ModelGraph
 
 SGD_RULES = {
     "naive": "SparseNaiveSGDRule",
@@ -25,6 +25,7 @@ SGD_RULES = {
 _PROTO_SECTION = {"naive": "naive", "adagrad": "adagrad", "std_adagrad": "adagrad", "adam": "adam"}
 ACCESSOR = "SparseAccessor"
 # A SparseAccessor line: key slot unseen_days delta_score show click embed_w ...
+UNSEEN_DAYS_COLUMN = 2
 _EMBED_W_COLUMN = 6
 
 
@@ -117,3 +118,17 @@ def build_optimizer(model: ModelConfig) -> Any:
         "sgd": paddle.optimizer.SGD,
     }
     return classes[opt.class_](learning_rate=opt.learning_rate)
+
+
+def build_distributed_program(cfg: PipelineConfig) -> ModelGraph:
+    """Join the fleet in this process's PS role and build the model's program, minimised by
+    the distributed optimizer: servers and workers build the same one."""
+    import paddle
+    from paddle.distributed import fleet
+
+    paddle.enable_static()
+    fleet.init(is_collective=False)
+    graph = MODELS[cfg.model.model]().build(cfg.feature_schema, cfg.model.hyper_parameters)
+    optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg.model))
+    optimizer.minimize(graph.loss)
+    return graph

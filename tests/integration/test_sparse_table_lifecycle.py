@@ -12,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.csv as pacsv
 import pytest
 
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.redis_keys import RedisKeys
-from trainers.checkpoints import list_checkpoints
+from trainers.checkpoints import list_checkpoints, saved_column
 from trainers.control_plane import connect
 from trainers.launcher import LocalCluster
+from trainers.strategy import UNSEEN_DAYS_COLUMN
 
 FIRST = "202610010000"
 PASS_MINUTES = 720  # two passes a day: maintenance after every second pass
@@ -70,22 +70,8 @@ def plain(stream, make_config) -> Lifecycle:
 
 
 def _unseen_days(save: Path) -> np.ndarray:
-    """The unseen-days column (third) of every key in a save."""
-    columns = []
-    for part in sorted(save.glob("*/part-*-*")):
-        try:
-            t = pacsv.read_csv(
-                part,
-                read_options=pacsv.ReadOptions(autogenerate_column_names=True),
-                parse_options=pacsv.ParseOptions(delimiter=" "),
-                convert_options=pacsv.ConvertOptions(
-                    include_columns=["f2"], column_types={"f2": pa.float64()}
-                ),
-            )
-        except pa.ArrowInvalid:  # an empty shard
-            continue
-        columns.append(t.column("f2").to_numpy())
-    return np.concatenate(columns)
+    """The unseen-days value of every key in a save."""
+    return saved_column(save, UNSEEN_DAYS_COLUMN, pa.float64())
 
 
 def test_maintenance_runs_once_a_day_and_ages_unseen_keys(stream, plain: Lifecycle) -> None:

@@ -19,7 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 from streaming.errors import MalformedEvent
 from streaming.events import parse_event
 from streaming.pass_builder import PassBuilder
-from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
+from streaming.producer import make_producer, send_messages, synthetic_passes
 from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import complete_passes, next_pass_id, pass_dir, read_manifest, slices_root
@@ -41,17 +41,6 @@ def _config(make_config, **sections) -> PipelineConfig:
     for k, v in sections.items():
         base[k] = {**base.get(k, {}), **v}
     return make_config(**base)
-
-
-def _produce(cfg: PipelineConfig, passes: int) -> dict:
-    for topic in (cfg.kafka.impressions_topic, cfg.join.clicks_topic):
-        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
-    producer = make_producer(cfg.kafka.bootstrap_servers)
-    batches = dict(synthetic_passes(cfg, FIRST, passes))
-    for batch in batches.values():
-        send_messages(producer, messages_for(cfg, batch))
-    producer.close()
-    return batches
 
 
 def _rows(cfg: PipelineConfig) -> dict[str, tuple[str, int]]:
@@ -110,9 +99,9 @@ def _writing(cfg: PipelineConfig) -> bool:
     return any(root.glob("slices/*/*/.p*.tmp-*")) or any(root.glob("passes/*/.*.tmp-*"))
 
 
-def test_click_join_labels_match_the_generator(make_config) -> None:
+def test_click_join_labels_match_the_generator(make_config, produce_passes) -> None:
     cfg = _config(make_config)
-    batches = _produce(cfg, passes=3)
+    batches = produce_passes(cfg, FIRST, 3)
     builder = PassBuilder(cfg)
     try:
         done = builder.run(until_pass=_last_pass(3), idle_timeout_s=60)
@@ -136,10 +125,12 @@ def test_click_join_labels_match_the_generator(make_config) -> None:
         assert sum(r.rows for r in clicks.values()) >= m.positives
 
 
-def test_sigkilled_builder_writes_every_event_exactly_once(make_config, tmp_path: Path) -> None:
+def test_sigkilled_builder_writes_every_event_exactly_once(
+    make_config, produce_passes, tmp_path: Path
+) -> None:
     cfg = _config(make_config, synthetic={"events_per_pass": 6000})
     passes = 6
-    batches = _produce(cfg, passes)
+    batches = produce_passes(cfg, FIRST, passes)
     config_path = dump_config(cfg, tmp_path / "cfg.yaml")
     rng = random.Random(7)
     kills, deadline = 0, time.monotonic() + 400
@@ -163,10 +154,12 @@ def test_sigkilled_builder_writes_every_event_exactly_once(make_config, tmp_path
     assert got == _expected(cfg, batches, passes)
 
 
-def test_two_builders_in_a_group_with_one_killed(make_config, tmp_path: Path) -> None:
+def test_two_builders_in_a_group_with_one_killed(
+    make_config, produce_passes, tmp_path: Path
+) -> None:
     cfg = _config(make_config, synthetic={"events_per_pass": 6000})
     passes = 5
-    batches = _produce(cfg, passes)
+    batches = produce_passes(cfg, FIRST, passes)
     config_path = dump_config(cfg, tmp_path / "cfg.yaml")
     last = _last_pass(passes)
     a, b = _builder(config_path, last), _builder(config_path, last)
