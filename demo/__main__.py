@@ -104,6 +104,8 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
                 {
                     "pass": pass_id,
                     "rows": trained["rows"],
+                    "keys": trained["checkpoint"]["table_keys"],
+                    "save": trained["checkpoint"]["kind"],
                     "auc": trained["test"]["auc"],
                     "best": exact_auc(b.probabilities, _observed_labels(cfg, b)),
                     "train_auc": trained["train"]["auc"],
@@ -127,44 +129,31 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
     return rows
 
 
-_COLUMNS = [  # (title, width, format)
-    ("pass", 13, "{}"),
-    ("rows", 7, "{}"),
-    ("AUC", 8, "{:.4f}"),
-    ("best AUC", 9, "{:.4f}"),
-    ("train AUC", 10, "{:.4f}"),
-    ("logloss", 8, "{:.4f}"),
-    ("COPC", 6, "{:.3f}"),
-    ("gate", 7, "{}"),
-    ("delivered", 13, "{}"),
-    ("seconds", 8, "{:.1f}"),
-]
-_KEYS = [
-    "pass",
-    "rows",
-    "auc",
-    "best",
-    "train_auc",
-    "logloss",
-    "copc",
-    "gate",
-    "delivered",
-    "seconds",
+_COLUMNS = [  # (row key, title, width, format)
+    ("pass", "pass", 13, "{}"),
+    ("rows", "rows", 7, "{}"),
+    ("keys", "table keys", 10, "{}"),
+    ("save", "save", 6, "{}"),
+    ("auc", "AUC", 8, "{:.4f}"),
+    ("best", "best AUC", 9, "{:.4f}"),
+    ("train_auc", "train AUC", 10, "{:.4f}"),
+    ("logloss", "logloss", 8, "{:.4f}"),
+    ("copc", "COPC", 6, "{:.3f}"),
+    ("gate", "gate", 7, "{}"),
+    ("delivered", "delivered", 13, "{}"),
+    ("seconds", "seconds", 8, "{:.1f}"),
 ]
 
 
 def print_table(rows: list[dict]) -> None:
     """The per-pass table: progressive AUC next to the stream's best reachable AUC."""
-    header = " ".join(f"{title:>{width}}" for title, width, _ in _COLUMNS)
+    header = " ".join(f"{title:>{width}}" for _, title, width, _ in _COLUMNS)
     print("\nprogressive validation per pass (AUC measured before training on the pass):")
     print(header)
     print("-" * len(header))
     for r in rows:
-        cells = [
-            fmt.format(r[k]) if r[k] != "" else "-"
-            for k, (_, _, fmt) in zip(_KEYS, _COLUMNS, strict=True)
-        ]
-        print(" ".join(f"{c:>{w}}" for c, (_, w, _) in zip(cells, _COLUMNS, strict=True)))
+        cells = [fmt.format(r[k]) if r[k] != "" else "-" for k, _, _, fmt in _COLUMNS]
+        print(" ".join(f"{c:>{w}}" for c, (_, _, w, _) in zip(cells, _COLUMNS, strict=True)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,10 +28,14 @@ def test_demo_runs_the_whole_loop(repo: Path, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split() for line in out.stdout.splitlines() if line.strip().startswith("2026")]
     assert len(rows) == 3
-    aucs = [float(r[2]) for r in rows]
-    best = [float(r[3]) for r in rows]
+    # pass rows keys save AUC best train-AUC logloss COPC gate delivered seconds
+    keys = [int(r[2]) for r in rows]
+    assert 0 < keys[0] < keys[1] < keys[2]  # the table grows with the stream's new ids
+    assert [r[3] for r in rows] == ["base", "delta", "delta"]
+    aucs = [float(r[4]) for r in rows]
+    best = [float(r[5]) for r in rows]
     assert aucs[-1] > 0.7 and all(a < b + 0.02 for a, b in zip(aucs, best, strict=True))
-    assert any(r[8] != "-" for r in rows), "no pass was delivered"
+    assert any(r[10] != "-" for r in rows), "no pass was delivered"
     scored = [line for line in out.stdout.splitlines() if "p(click)=" in line]
     assert len(scored) == 5
     assert all(0.0 < float(line.split("p(click)=")[1].split()[0]) < 1.0 for line in scored)
