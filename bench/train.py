@@ -11,7 +11,8 @@ the servers' memory with and without eviction.
    logical day with the daily maintenance, trained with eviction off and on; the servers'
    peak RSS (VmHWM) and the table's key count for each.
 
-    .venv/bin/python bench/train.py [--rows 200000] [--memory-passes 20] [--memory-events 100000]
+    .venv/bin/python bench/train.py [--rows 200000] [--threads 1]
+                                    [--memory-passes 20] [--memory-events 100000]
 
 Ends with ``RESULT train_ratio <ours / reference>`` and the two peak RSS figures.
 """
@@ -155,9 +156,11 @@ def _server_memory_mib(cluster: LocalCluster, field: str) -> float:
     return total / 1024
 
 
-def throughput(services, root: Path, rows: int) -> tuple[float, float]:
+def throughput(services, root: Path, rows: int, threads: int) -> tuple[float, float]:
     """Samples/s of training one pass: (ours, reference)."""
     cfg = _config(services, root, "throughput", rows)
+    runner = cfg.model.runner.model_copy(update={"thread_num": threads})
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
     first = _build(cfg, 1)[0]
     n = read_manifest(pass_dir(cfg.paths.data_root, first)).rows
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
@@ -171,7 +174,10 @@ def throughput(services, root: Path, rows: int) -> tuple[float, float]:
     reference = _reference(cfg, _tsv_files(cfg, first, tsv), root / "throughput" / "run")
     ours = n / seconds["train"]
     ref = n / reference
-    print(f"pass of {n:,} rows, {cfg.cluster.servers} server(s), {cfg.cluster.workers} workers")
+    print(
+        f"pass of {n:,} rows, {cfg.cluster.servers} server(s), {cfg.cluster.workers} workers,"
+        f" {threads} reader thread(s) each"
+    )
     print(f"  streamrec training phase            {seconds['train']:7.2f}s {ours:>10,.0f} rows/s")
     print(f"  reference train_from_dataset (TSV)  {reference:7.2f}s {ref:>10,.0f} rows/s")
     print(
@@ -226,6 +232,12 @@ def main() -> int:
     )
     parser.add_argument("--rows", type=int, default=200_000, help="rows of the timed pass")
     parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="reader threads per worker on both sides (more than 1: metrics from dumps)",
+    )
+    parser.add_argument(
         "--memory-passes", type=int, default=20, help="passes of the RSS run (0: skip it)"
     )
     parser.add_argument(
@@ -236,7 +248,7 @@ def main() -> int:
         root = Path(tmp)
         with local_services(root / "services") as services:
             print(f"hardware: {hardware_line()}")
-            ours, ref = throughput(services, root, args.rows)
+            ours, ref = throughput(services, root, args.rows, args.threads)
             figures = (
                 memory(services, root, args.memory_passes, args.memory_events)
                 if args.memory_passes

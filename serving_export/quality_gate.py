@@ -42,8 +42,7 @@ def judge(
     reasons = []
     if train_result.get("rows", 0) < gate.min_rows:
         reasons.append(f"rows {train_result.get('rows', 0)} < min_rows {gate.min_rows}")
-    exact = train_result.get("metrics_exact", True)
-    if exact and not train_result.get("count_matches_manifest", False):
+    if not train_result.get("count_matches_manifest", False):
         reasons.append("evaluated row count differs from the pass manifest")
     if not math.isfinite(auc):
         reasons.append("AUC is not finite")

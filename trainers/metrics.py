@@ -22,6 +22,7 @@ __all__ = [
     "bucketize",
     "exact_auc",
     "metrics_from_stats",
+    "stats_from_predictions",
 ]
 
 STAT_NAMES = ("count", "clicks", "pred_sum", "logloss_sum", "abs_err_sum", "sq_err_sum")
@@ -98,6 +99,26 @@ def bucketize(
     pos = np.bincount(idx[labels == 1], minlength=buckets + 1)
     neg = np.bincount(idx[labels == 0], minlength=buckets + 1)
     return pos, neg
+
+
+def stats_from_predictions(
+    scores: np.ndarray, labels: np.ndarray, buckets: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """AUC buckets and sums (keys: STAT_NAMES) of scored instances, as the graph's
+    accumulators keep them: ``metrics_from_stats`` of their totals is the metrics."""
+    p = np.asarray(scores, dtype=np.float64).reshape(-1)
+    y = np.asarray(labels, dtype=np.float64).reshape(-1)
+    q = np.clip(p, 1e-7, 1 - 1e-7)
+    pos, neg = bucketize(p, y, buckets)
+    sums = {
+        "count": float(len(p)),
+        "clicks": float(y.sum()),
+        "pred_sum": float(p.sum()),
+        "logloss_sum": float(-(y * np.log(q) + (1 - y) * np.log(1 - q)).sum()),
+        "abs_err_sum": float(np.abs(y - p).sum()),
+        "sq_err_sum": float(np.square(y - p).sum()),
+    }
+    return pos, neg, sums
 
 
 def metrics_from_stats(pos: np.ndarray, neg: np.ndarray, sums: dict[str, float]) -> PassMetrics:

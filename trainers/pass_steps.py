@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from streaming.pipe_reader import pipe_command
+from streaming.pipe_reader import LABEL_VAR, pipe_command
 from streamrec.atomic_fs import publish_dir, write_text_atomic
 from streamrec.config import PipelineConfig
 from streamrec.passes import PassManifest, pass_dir, read_manifest
@@ -40,8 +40,9 @@ from trainers.checkpoints import (
     saved_keys,
     write_info,
 )
-from trainers.metrics import STAT_NAMES, PassMetrics, metrics_from_stats
-from trainers.models import ModelGraph
+from trainers.instance_dump import point_dump, read_dump
+from trainers.metrics import STAT_NAMES, PassMetrics, metrics_from_stats, stats_from_predictions
+from trainers.models import AUC_BUCKETS, ModelGraph
 from trainers.strategy import saved_value_layout
 
 log = logging.getLogger(__name__)
@@ -121,18 +122,30 @@ def _reset_stats(ctx: WorkerContext) -> None:
         tensor.set(np.zeros_like(np.array(tensor)), paddle.CPUPlace())
 
 
-def _global_metrics(ctx: WorkerContext) -> PassMetrics:
-    """Sum every worker's buckets and sums with fleet.metrics (gloo all-reduce), then
-    compute the metrics once, in numpy."""
-    from paddle.distributed import fleet
+Stats = tuple[np.ndarray, np.ndarray, dict[str, float]]
 
+
+def _accumulated_stats(ctx: WorkerContext) -> Stats:
+    """This worker's AUC buckets and sums from the graph's accumulators."""
     stats = ctx.graph.stat_vars
 
-    def summed(name: str) -> np.ndarray:
-        return np.asarray(fleet.metrics.sum(_scope_array(stats[name].name).reshape(-1)))
+    def read(name: str) -> np.ndarray:
+        return _scope_array(stats[name].name).reshape(-1).astype(np.float64)
 
-    sums = {n: float(summed(n)[0]) for n in STAT_NAMES}
-    return metrics_from_stats(summed("auc_pos"), summed("auc_neg"), sums)
+    return read("auc_pos"), read("auc_neg"), {n: float(read(n)[0]) for n in STAT_NAMES}
+
+
+def _global_metrics(local: Stats) -> PassMetrics:
+    """Sum every worker's buckets and sums (gloo all-reduce), then compute the metrics
+    once, in numpy."""
+    from paddle.distributed import fleet
+
+    pos, neg, sums = local
+    total = np.asarray(fleet.metrics.sum(np.concatenate([pos, neg, [sums[n] for n in STAT_NAMES]])))
+    k = len(pos)
+    return metrics_from_stats(
+        total[:k], total[k : 2 * k], dict(zip(STAT_NAMES, total[2 * k :].tolist(), strict=True))
+    )
 
 
 def _threads(ctx: WorkerContext, files: list[str]) -> int:
@@ -169,17 +182,28 @@ def _in_memory_dataset(ctx: WorkerContext, files: list[str], threads: int) -> An
     return dataset
 
 
-def _run(ctx: WorkerContext, dataset: Any, train: bool) -> PassMetrics:
+def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetrics:
+    """Score (``phase`` "test") or train on this worker's part of the pass, then the global
+    metrics. With one reader thread they come from the graph's accumulators; with more,
+    from every instance's dumped prediction and label (the threads race on the
+    accumulators, see ``instance_dump``)."""
     import paddle
 
+    program = paddle.static.default_main_program()
+    dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
+    point_dump(program, [ctx.graph.predict.name, LABEL_VAR], dump if threads > 1 else None)
     _reset_stats(ctx)
     if dataset is not None:
         # the main program for both: its fleet options make the device worker pull the dense
         # tables from the servers first (a clone(for_test=True) lost them, and segfaulted
         # in DownpourLiteWorker when given them: they are keyed by program id)
-        run = ctx.exe.train_from_dataset if train else ctx.exe.infer_from_dataset
-        run(program=paddle.static.default_main_program(), dataset=dataset, debug=False)
-    return _global_metrics(ctx)
+        run = ctx.exe.infer_from_dataset if phase == "test" else ctx.exe.train_from_dataset
+        run(program=program, dataset=dataset, debug=False)
+    if threads == 1:
+        return _global_metrics(_accumulated_stats(ctx))
+    scores, labels = read_dump(dump, 2)
+    shutil.rmtree(dump)
+    return _global_metrics(stats_from_predictions(scores, labels, AUC_BUCKETS))
 
 
 def _test_then_train(
@@ -187,19 +211,20 @@ def _test_then_train(
 ) -> tuple[PassMetrics, PassMetrics]:
     """Progressive validation, then training, on this worker's files of the pass.
 
-    With more than one reader thread the metric accumulators (persistable variables the
-    threads update without a lock) lose updates, and Paddle's per-thread merge
-    (``stat_var_names``) doubled and lost counts when measured here; results then carry
-    ``metrics_exact: false``. Changing the thread count between runs of one process aborts
-    Paddle (a CHECK in dist_multi_trainer), so evaluation and training share it."""
+    Changing the thread count between runs of one process aborts Paddle (a CHECK in
+    dist_multi_trainer), so evaluation and training share it."""
     from paddle.distributed import fleet
 
     threads = _threads(ctx, files)
     if ctx.cfg.model.runner.reader_type == "QueueDataset":
+
+        def stream() -> Any:  # a QueueDataset is read once
+            return _queue_dataset(ctx, files, threads) if files else None
+
         with ctx.stage("test", seconds):
-            test = _run(ctx, _queue_dataset(ctx, files, threads) if files else None, train=False)
+            test = _run(ctx, stream(), "test", threads)
         with ctx.stage("train", seconds):
-            train = _run(ctx, _queue_dataset(ctx, files, threads) if files else None, train=True)
+            train = _run(ctx, stream(), "train", threads)
         return test, train
     # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
     # all workers (a collective: every worker takes part, with or without files) and train.
@@ -207,11 +232,11 @@ def _test_then_train(
         dataset = _in_memory_dataset(ctx, files, threads)
     try:
         with ctx.stage("test", seconds):
-            test = _run(ctx, dataset, train=False)
+            test = _run(ctx, dataset, "test", threads)
         with ctx.stage("shuffle", seconds):
             dataset.global_shuffle(fleet)
         with ctx.stage("train", seconds):
-            train = _run(ctx, dataset, train=True)
+            train = _run(ctx, dataset, "train", threads)
     finally:
         dataset.release_memory()
     return test, train
@@ -226,7 +251,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     mine = files[ctx.rank :: ctx.workers]
     seconds: dict[str, float] = {}
     test, train = _test_then_train(ctx, mine, seconds)
-    if test.count != manifest.rows and ctx.cfg.model.runner.thread_num == 1:
+    if test.count != manifest.rows:
         log.error(
             "pass %s: evaluated %d rows but the manifest has %d", pass_id, test.count, manifest.rows
         )
@@ -240,7 +265,6 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "workers": ctx.workers,
         "reader": ctx.cfg.model.runner.reader_type,
         "sync_mode": ctx.cfg.model.runner.sync_mode,
-        "metrics_exact": ctx.cfg.model.runner.thread_num == 1,
     }
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
     with ctx.stage("save", seconds):

@@ -15,7 +15,7 @@ from serving_export.predictor import Predictor
 from streamrec.auc import exact_auc
 from streamrec.config import dump_config
 from trainers.launcher import LocalCluster
-from trainers.metrics import bucketize, metrics_from_stats
+from trainers.metrics import metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS
 
 FIRST = "202609010000"
@@ -39,16 +39,7 @@ def test_model_learns_and_serves_like_the_cluster(make_config, build_passes, mod
     scores = predictor.score(events)
     labels = np.array([e["label"] for e in events])
     assert abs(exact_auc(scores, labels) - scored["test"]["auc"]) < 0.003
-    p = np.clip(scores.astype(np.float64), 1e-7, 1 - 1e-7)
-    sums = {
-        "count": len(p),
-        "clicks": labels.sum(),
-        "pred_sum": scores.sum(dtype=np.float64),
-        "logloss_sum": -(labels * np.log(p) + (1 - labels) * np.log(1 - p)).sum(),
-        "abs_err_sum": np.abs(labels - scores).sum(dtype=np.float64),
-        "sq_err_sum": np.square(labels - scores.astype(np.float64)).sum(),
-    }
-    single = metrics_from_stats(*bucketize(scores, labels, AUC_BUCKETS), sums).to_dict()
+    single = metrics_from_stats(*stats_from_predictions(scores, labels, AUC_BUCKETS)).to_dict()
     assert single["count"] == scored["test"]["count"]
     for name, value in single.items():  # float32 inference on both sides, summed differently
         assert scored["test"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name

@@ -32,9 +32,3 @@ def test_rejects_each_failure_with_a_reason() -> None:
     assert "row count" in judge(_result(0.9, matches=False), None, GATE).reasons[0]
     assert "not finite" in judge(_result(math.nan), None, GATE).reasons[0]
     assert "predictions" in judge(_result(0.9, ctr=math.nan), None, GATE).reasons[0]
-
-
-def test_row_count_is_only_checked_when_metrics_are_exact() -> None:
-    inexact = {**_result(0.9, matches=False), "metrics_exact": False}
-    assert judge(inexact, None, GATE).passed
-    assert not judge({**inexact, "metrics_exact": True}, None, GATE).passed
