@@ -33,8 +33,7 @@ import pyarrow.parquet as pq
 from machine import hardware_line
 
 from streaming.pass_builder import PassBuilder
-from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
-from streaming.topics import ensure_topic
+from streaming.producer import produce_synthetic
 from streamrec.config import PipelineConfig, dump_config, load_config, with_services
 from streamrec.local_services import free_port, local_services
 from streamrec.passes import pass_dir, read_manifest
@@ -69,13 +68,7 @@ def _config(services, root: Path, name: str, events: int, **synthetic) -> Pipeli
 
 
 def _build(cfg: PipelineConfig, passes: int) -> list[str]:
-    ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
-    producer = make_producer(cfg.kafka.bootstrap_servers)
-    ids = []
-    for pass_id, batch in synthetic_passes(cfg, FIRST, passes):
-        send_messages(producer, messages_for(cfg, batch))
-        ids.append(pass_id)
-    producer.close()
+    ids = list(produce_synthetic(cfg, FIRST, passes))
     builder = PassBuilder(cfg)
     try:
         builder.run(until_pass=ids[passes - 1], idle_timeout_s=60)

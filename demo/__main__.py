@@ -25,9 +25,8 @@ import numpy as np
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from streaming.pass_builder import PassBuilder
-from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
+from streaming.producer import produce_synthetic
 from streaming.synthetic import SyntheticBatch
-from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, dump_config, load_config, with_services
 from streamrec.errors import StreamrecError
 from streamrec.local_services import local_services
@@ -66,14 +65,7 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
             cfg = with_services(cfg, svc.bootstrap_servers, svc.redis_url)
         resolved = dump_config(cfg, work / "pipeline.resolved.yaml")
 
-        for topic in (cfg.kafka.impressions_topic, cfg.join.clicks_topic):
-            ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
-        producer = make_producer(cfg.kafka.bootstrap_servers)
-        batches = {}
-        for pass_id, batch in synthetic_passes(cfg, first_pass, passes):
-            send_messages(producer, messages_for(cfg, batch))
-            batches[pass_id] = batch
-        producer.close()
+        batches = produce_synthetic(cfg, first_pass, passes)
         log.info("produced %d events", sum(len(b.events) for b in batches.values()))
 
         builder = PassBuilder(cfg)

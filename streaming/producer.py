@@ -120,6 +120,27 @@ def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
     return [(topic, event) for _, topic, event in timed]
 
 
+def produce_synthetic(
+    cfg: PipelineConfig, first_pass_id: str, passes: int
+) -> dict[str, SyntheticBatch]:
+    """Create the config's topics (clicks too in ``click_join`` mode) and send ``passes``
+    synthetic passes from ``first_pass_id`` to them, plus the tail that closes the last;
+    the batches by pass id."""
+    topics = [cfg.kafka.impressions_topic]
+    if cfg.join.mode == "click_join":
+        topics.append(cfg.join.clicks_topic)
+    for topic in topics:
+        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
+    producer = make_producer(cfg.kafka.bootstrap_servers)
+    try:
+        batches = dict(synthetic_passes(cfg, first_pass_id, passes))
+        for batch in batches.values():
+            send_messages(producer, messages_for(cfg, batch))
+    finally:
+        producer.close()
+    return batches
+
+
 def criteo_events(
     lines: Iterable[str], schema: SchemaConfig, start_ms: int, spacing_ms: float
 ) -> Iterator[dict[str, Any] | bytes]:

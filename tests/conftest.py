@@ -94,37 +94,15 @@ PassRun = Callable[[PipelineConfig, str, int], dict[str, Any]]
 
 
 @pytest.fixture(scope="session")
-def produce_passes() -> PassRun:
-    """``produce_passes(cfg, first_pass, n)``: send ``n`` synthetic passes from
-    ``first_pass`` to the config's topics (created if missing) on the real broker; the
-    synthetic batches by pass id."""
-    from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
-    from streaming.topics import ensure_topic
-
-    def produce(cfg: PipelineConfig, first_pass: str, n: int) -> dict[str, Any]:
-        topics = [cfg.kafka.impressions_topic]
-        if cfg.join.mode == "click_join":
-            topics.append(cfg.join.clicks_topic)
-        for topic in topics:
-            ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
-        producer = make_producer(cfg.kafka.bootstrap_servers)
-        batches = dict(synthetic_passes(cfg, first_pass, n))
-        for batch in batches.values():
-            send_messages(producer, messages_for(cfg, batch))
-        producer.close()
-        return batches
-
-    return produce
-
-
-@pytest.fixture(scope="session")
-def build_passes(produce_passes: PassRun) -> PassRun:
-    """``build_passes(cfg, first_pass, n)``: ``produce_passes``, then build them into pass
-    directories with the real builder; the synthetic batches by pass id."""
+def build_passes() -> PassRun:
+    """``build_passes(cfg, first_pass, n)``: produce ``n`` synthetic passes on the real broker
+    (``produce_synthetic``), then build them into pass directories with the real builder;
+    the synthetic batches by pass id."""
     from streaming.pass_builder import PassBuilder
+    from streaming.producer import produce_synthetic
 
     def build(cfg: PipelineConfig, first_pass: str, n: int) -> dict[str, Any]:
-        batches = produce_passes(cfg, first_pass, n)
+        batches = produce_synthetic(cfg, first_pass, n)
         builder = PassBuilder(cfg)
         try:
             builder.run(until_pass=list(batches)[n - 1], idle_timeout_s=60)

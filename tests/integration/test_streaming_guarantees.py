@@ -19,7 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 from streaming.errors import MalformedEvent
 from streaming.events import parse_event
 from streaming.pass_builder import PassBuilder
-from streaming.producer import make_producer, send_messages, synthetic_passes
+from streaming.producer import make_producer, produce_synthetic, send_messages, synthetic_passes
 from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import complete_passes, next_pass_id, pass_dir, read_manifest, slices_root
@@ -99,9 +99,9 @@ def _writing(cfg: PipelineConfig) -> bool:
     return any(root.glob("slices/*/*/.p*.tmp-*")) or any(root.glob("passes/*/.*.tmp-*"))
 
 
-def test_click_join_labels_match_the_generator(make_config, produce_passes) -> None:
+def test_click_join_labels_match_the_generator(make_config) -> None:
     cfg = _config(make_config)
-    batches = produce_passes(cfg, FIRST, 3)
+    batches = produce_synthetic(cfg, FIRST, 3)
     builder = PassBuilder(cfg)
     try:
         done = builder.run(until_pass=_last_pass(3), idle_timeout_s=60)
@@ -125,12 +125,10 @@ def test_click_join_labels_match_the_generator(make_config, produce_passes) -> N
         assert sum(r.rows for r in clicks.values()) >= m.positives
 
 
-def test_sigkilled_builder_writes_every_event_exactly_once(
-    make_config, produce_passes, tmp_path: Path
-) -> None:
+def test_sigkilled_builder_writes_every_event_exactly_once(make_config, tmp_path: Path) -> None:
     cfg = _config(make_config, synthetic={"events_per_pass": 6000})
     passes = 6
-    batches = produce_passes(cfg, FIRST, passes)
+    batches = produce_synthetic(cfg, FIRST, passes)
     config_path = dump_config(cfg, tmp_path / "cfg.yaml")
     rng = random.Random(7)
     kills, deadline = 0, time.monotonic() + 400
@@ -154,12 +152,10 @@ def test_sigkilled_builder_writes_every_event_exactly_once(
     assert got == _expected(cfg, batches, passes)
 
 
-def test_two_builders_in_a_group_with_one_killed(
-    make_config, produce_passes, tmp_path: Path
-) -> None:
+def test_two_builders_in_a_group_with_one_killed(make_config, tmp_path: Path) -> None:
     cfg = _config(make_config, synthetic={"events_per_pass": 6000})
     passes = 5
-    batches = produce_passes(cfg, FIRST, passes)
+    batches = produce_synthetic(cfg, FIRST, passes)
     config_path = dump_config(cfg, tmp_path / "cfg.yaml")
     last = _last_pass(passes)
     a, b = _builder(config_path, last), _builder(config_path, last)
