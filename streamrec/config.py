@@ -262,7 +262,6 @@ class HyperParameters(_Strict):
 
 class RunnerConfig(_Strict):
     sync_mode: Literal["async", "sync", "geo"] = Field("async", description="PS update mode.")
-    geo_step: int = Field(100, ge=1, description="Local steps between GEO pushes.")
     thread_num: int = Field(1, ge=1, description="Reader/trainer threads per worker.")
     batch_size: int = Field(128, ge=1, description="Mini-batch size per thread.")
     reader_type: Literal["QueueDataset", "InMemoryDataset"] = Field(

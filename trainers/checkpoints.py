@@ -42,7 +42,6 @@ class CheckpointInfo(BaseModel):
 
     pass_id: str  # the last pass trained into this state
     kind: CheckpointKind
-    mode: int
     seq: int  # position in the cluster's history of saves; newest is highest
     parent: str | None  # the directory name of the save this one applies on top of
     day: str | None = None  # daily saves: the logical day (YYYYMMDD) they closed
@@ -56,6 +55,11 @@ class CheckpointInfo(BaseModel):
     @property
     def name(self) -> str:
         return f"{self.pass_id}-{self.kind}"
+
+    @property
+    def mode(self) -> int:
+        """The fleet save mode that wrote it."""
+        return SAVE_MODE[self.kind]
 
     @property
     def is_base(self) -> bool:
@@ -106,10 +110,7 @@ def restore_chain(root: Path) -> list[CheckpointInfo]:
 
 def next_kind(chain: list[CheckpointInfo], base_every_passes: int) -> CheckpointKind:
     """``base`` when the chain is empty or already holds ``base_every_passes`` passes."""
-    if not chain:
-        return "base"
-    deltas = len(chain) - 1
-    return "base" if deltas + 1 >= base_every_passes else "delta"
+    return "base" if not chain or len(chain) >= base_every_passes else "delta"
 
 
 def expired(root: Path, keep_bases: int) -> list[Path]:

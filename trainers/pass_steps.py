@@ -30,7 +30,6 @@ from streamrec.atomic_fs import publish_dir, write_text_atomic
 from streamrec.config import PipelineConfig
 from streamrec.passes import PassManifest, pass_dir, read_manifest
 from trainers.checkpoints import (
-    SAVE_MODE,
     CheckpointInfo,
     CheckpointKind,
     apply_retention,
@@ -330,7 +329,6 @@ def _save(
     info = CheckpointInfo(
         pass_id=pass_id,
         kind=kind,
-        mode=SAVE_MODE[kind],
         seq=parent.seq + 1 if parent else 0,
         parent=parent.name if parent and kind == "delta" else None,
         day=pass_id[:8] if kind == "daily" else None,

@@ -1,7 +1,6 @@
 """Fleet strategy and sparse-table settings from the model config.
 
-Maps ``runner.sync_mode`` onto ``DistributedStrategy`` (async: a_sync; sync: a_sync off;
-geo: a_sync with ``k_steps``) and ``hyper_parameters.sparse_table`` onto
+Builds the async ``DistributedStrategy`` and maps ``hyper_parameters.sparse_table`` onto
 ``strategy.sparse_table_configs`` for the shared table (SGD rule and the accessor's
 show/click, shrink and delta settings; DESIGN.md says what Paddle does with each).
 ``saved_value_layout`` says where the embedding lies in a line the servers save, which
@@ -94,15 +93,10 @@ def build_strategy(model: ModelConfig) -> Any:
     """The DistributedStrategy for this model's runner and sparse table."""
     from paddle.distributed import fleet
 
-    runner = model.runner
     strategy = fleet.DistributedStrategy()
-    if runner.sync_mode == "sync":
-        strategy.a_sync = False
-    elif runner.sync_mode == "async":
-        strategy.a_sync = True
-    else:
-        strategy.a_sync = True
-        strategy.a_sync_configs = {"k_steps": runner.geo_step}
+    # async: the one update mode the config lets through (sync and geo fail in Paddle
+    # 2.6.2; RunnerConfig says why)
+    strategy.a_sync = True
     strategy.sparse_table_configs = sparse_table_configs(model)
     return strategy
 
