@@ -96,13 +96,13 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
                 {
                     "pass": pass_id,
                     "rows": trained["rows"],
-                    "keys": trained["checkpoint"]["table_keys"],
+                    "table keys": trained["checkpoint"]["table_keys"],
                     "save": trained["checkpoint"]["kind"],
-                    "auc": trained["test"]["auc"],
-                    "best": exact_auc(b.probabilities, _observed_labels(cfg, b)),
-                    "train_auc": trained["train"]["auc"],
+                    "AUC": trained["test"]["auc"],
+                    "best AUC": exact_auc(b.probabilities, _observed_labels(cfg, b)),
+                    "train AUC": trained["train"]["auc"],
                     "logloss": trained["test"]["logloss"],
-                    "copc": trained["test"]["copc"],
+                    "COPC": trained["test"]["copc"],
                     "gate": "pass" if decision.passed else "reject",
                     "delivered": delivered,
                     "seconds": time.monotonic() - start,
@@ -121,31 +121,35 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
     return rows
 
 
-_COLUMNS = [  # (row key, title, width, format)
-    ("pass", "pass", 13, "{}"),
-    ("rows", "rows", 7, "{}"),
-    ("keys", "table keys", 10, "{}"),
-    ("save", "save", 6, "{}"),
-    ("auc", "AUC", 8, "{:.4f}"),
-    ("best", "best AUC", 9, "{:.4f}"),
-    ("train_auc", "train AUC", 10, "{:.4f}"),
-    ("logloss", "logloss", 8, "{:.4f}"),
-    ("copc", "COPC", 6, "{:.3f}"),
-    ("gate", "gate", 7, "{}"),
-    ("delivered", "delivered", 13, "{}"),
-    ("seconds", "seconds", 8, "{:.1f}"),
+_COLUMNS = [  # (title = row key, width, format)
+    ("pass", 13, "{}"),
+    ("rows", 7, "{}"),
+    ("table keys", 10, "{}"),
+    ("save", 6, "{}"),
+    ("AUC", 8, "{:.4f}"),
+    ("best AUC", 9, "{:.4f}"),
+    ("train AUC", 10, "{:.4f}"),
+    ("logloss", 8, "{:.4f}"),
+    ("COPC", 6, "{:.3f}"),
+    ("gate", 7, "{}"),
+    ("delivered", 13, "{}"),
+    ("seconds", 8, "{:.1f}"),
 ]
 
 
 def print_table(rows: list[dict]) -> None:
     """The per-pass table: progressive AUC next to the stream's best reachable AUC."""
-    header = " ".join(f"{title:>{width}}" for _, title, width, _ in _COLUMNS)
+    header = " ".join(f"{title:>{width}}" for title, width, _ in _COLUMNS)
     print("\nprogressive validation per pass (AUC measured before training on the pass):")
     print(header)
     print("-" * len(header))
     for r in rows:
-        cells = [fmt.format(r[k]) if r[k] != "" else "-" for k, _, _, fmt in _COLUMNS]
-        print(" ".join(f"{c:>{w}}" for c, (_, _, w, _) in zip(cells, _COLUMNS, strict=True)))
+        print(
+            " ".join(
+                f"{fmt.format(r[title]) if r[title] != '' else '-':>{width}}"
+                for title, width, fmt in _COLUMNS
+            )
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

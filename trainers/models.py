@@ -154,6 +154,10 @@ def _factors(inputs: _Inputs) -> list[Any]:
     return [v[:, 1:] for v in inputs.pooled]  # embedx: the latent vector of each slot
 
 
+def _with_dense(inputs: _Inputs, features: list[Any]) -> list[Any]:
+    return features + ([inputs.dense] if inputs.dense is not None else [])
+
+
 class CtrDnn:
     """PaddleRec's CTR DNN: pooled slot embeddings + dense features -> MLP -> sigmoid."""
 
@@ -161,7 +165,7 @@ class CtrDnn:
         import paddle
 
         inputs = _inputs(paddle, schema, hp)
-        features = inputs.pooled + ([inputs.dense] if inputs.dense is not None else [])
+        features = _with_dense(inputs, inputs.pooled)
         logit = _mlp(paddle, paddle.concat(features, axis=1), hp.fc_sizes, "dnn")
         return _graph(paddle, inputs, schema, logit)
 
@@ -175,7 +179,7 @@ class WideDeep:
         import paddle
 
         inputs = _inputs(paddle, schema, hp)
-        deep_in = _factors(inputs) + ([inputs.dense] if inputs.dense is not None else [])
+        deep_in = _with_dense(inputs, _factors(inputs))
         deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
         return _graph(paddle, inputs, schema, _first_order(paddle, inputs) + deep)
 
@@ -193,7 +197,7 @@ class DeepFM:
         summed_square = paddle.square(paddle.sum(stacked, axis=1))
         square_summed = paddle.sum(paddle.square(stacked), axis=1)
         fm = 0.5 * paddle.sum(summed_square - square_summed, axis=1, keepdim=True)
-        deep_in = factors + ([inputs.dense] if inputs.dense is not None else [])
+        deep_in = _with_dense(inputs, factors)
         deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
         return _graph(paddle, inputs, schema, _first_order(paddle, inputs) + fm + deep)
 
