@@ -142,10 +142,9 @@ def _reference(cfg: PipelineConfig, files: list[str], work: Path) -> float:
 def _server_memory_mib(cluster: LocalCluster, field: str) -> float:
     """Sum over the server processes of a /proc status field (VmRSS now, VmHWM peak)."""
     total = 0.0
-    for proc in cluster.members():
-        if proc.environ().get("TRAINING_ROLE") == "PSERVER":
-            status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-            total += next(int(line.split()[1]) for line in status if line.startswith(field))
+    for proc in cluster.members("PSERVER"):
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        total += next(int(line.split()[1]) for line in status if line.startswith(field))
     return total / 1024
 
 

@@ -123,8 +123,9 @@ class LocalCluster:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def members(self) -> list[psutil.Process]:
-        """The live server and worker processes (fleetrun's children running cluster_main)."""
+    def members(self, role: str | None = None) -> list[psutil.Process]:
+        """The live server and worker processes (fleetrun's children running cluster_main);
+        with ``role``, only those fleetrun started as it (``PSERVER`` or ``TRAINER``)."""
         if not self.running:
             return []
         assert self._proc is not None
@@ -135,8 +136,10 @@ class LocalCluster:
         alive = []
         for child in children:
             try:
-                if child.status() != psutil.STATUS_ZOMBIE and any(
-                    arg.endswith("cluster_main.py") for arg in child.cmdline()
+                if (
+                    child.status() != psutil.STATUS_ZOMBIE
+                    and any(arg.endswith("cluster_main.py") for arg in child.cmdline())
+                    and role in (None, child.environ().get("TRAINING_ROLE"))
                 ):
                     alive.append(child)
             except psutil.NoSuchProcess:

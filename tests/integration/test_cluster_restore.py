@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 
 from streamrec.config import PipelineConfig, dump_config
@@ -47,10 +46,6 @@ def _fresh(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
     return cfg.model_copy(update={"paths": paths})
 
 
-def _role(proc: psutil.Process) -> str:
-    return proc.environ().get("TRAINING_ROLE") or proc.environ().get("PADDLE_TRAINING_ROLE", "")
-
-
 def _kill_mid_pass(cluster: LocalCluster, command_id: str, pass_id: str, role: str) -> None:
     """SIGKILL one ``role`` process once the workers are training on ``pass_id``."""
     deadline = time.monotonic() + 60
@@ -62,7 +57,7 @@ def _kill_mid_pass(cluster: LocalCluster, command_id: str, pass_id: str, role: s
     else:
         pytest.fail(f"the workers never started training on {pass_id}")
     time.sleep(0.3)  # into the training phase (~0.8 s), before the save
-    victims = [p for p in cluster.members() if _role(p) == role]
+    victims = cluster.members(role)
     assert victims, f"no {role} process among {cluster.members()}"
     key = RedisKeys(cluster.cfg.name).command(command_id)
     status = connect(cluster.cfg.redis.url).hget(key, "status")
