@@ -1,70 +1,94 @@
 """
 ### streamrec_pass: train, gate and deliver one pass
 
-One run per pass window: the run's data interval is the pass's event-time window, and its
-start is the pass id (`YYYYMMDDHHMM`, UTC). Every task is a thin call into a package.
+One run per pass window, in order: the run's data interval **is** the pass's event-time
+window (a `DeltaDataIntervalTimetable` of `passes.pass_minutes` from `schedule.start`,
+rounded down to a window), and its start is the pass id (`YYYYMMDDHHMM`, UTC). Catch-up is
+on and one run is active at a time, so windows missed while Airflow, the builder or the
+cluster was down are run afterwards, oldest first. Every task depends on its previous run:
+a run that failed holds the later ones until it is cleared, so no pass is ever skipped.
 
 | task | calls | outcome |
 | --- | --- | --- |
-| `wait_pass` | `passes.is_complete` | sensor (reschedule mode) until the pass has `_SUCCESS` |
+| `wait_pass` | `passes.pass_state` | sensor until `_SUCCESS`; skips a window with no pass ever |
 | `train_pass` | `ClusterClient.train` | progressive validation, training, checkpoint (delta/base) |
 | `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
 | `maintain` | `ClusterClient.maintain_if_day_ends` | after a day's last pass: shrink, daily save |
+| `retention` | `retention.apply_if_day_ends` | after a day's last pass: old data and keys |
 | `export` | `ClusterClient.export`, `delivery.publish` | a verified artifact; skipped on reject |
 | `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
 
 Every step is idempotent per pass (a retry or a re-run does not train twice), so tasks
-retry freely. The pipeline config comes from `STREAMREC_CONFIG`; the schedule's period
-from `STREAMREC_PASS_MINUTES`, which must equal the config's `passes.pass_minutes`.
+retry freely, with exponential backoff (`schedule.task_retries`). The pipeline config comes
+from `STREAMREC_CONFIG` and is read when the file is parsed: the schedule depends on it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import datetime, timedelta
 from typing import Any
 
-import pendulum
-from airflow.sdk import Asset, PokeReturnValue, dag, task
+from airflow.sdk import Asset, DeltaDataIntervalTimetable, PokeReturnValue, dag, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-PASS_MINUTES = int(os.environ.get("STREAMREC_PASS_MINUTES", "10"))
+from streamrec.config import PipelineConfig, load_config
+from streamrec.errors import ConfigError
+from streamrec.passes import window_floor
+
+log = logging.getLogger(__name__)
 SERVING_MODEL = Asset("streamrec_serving_model")
 
 
-def _config():
-    from streamrec.config import load_config
-    from streamrec.errors import ConfigError
-
+def _config() -> PipelineConfig:
     path = os.environ.get("STREAMREC_CONFIG")
     if not path:
         raise ConfigError("STREAMREC_CONFIG is not set: point it at the pipeline YAML")
     cfg = load_config(path)
-    if cfg.passes.pass_minutes != PASS_MINUTES:
+    if cfg.schedule is None:
         raise ConfigError(
-            f"{path}: passes.pass_minutes is {cfg.passes.pass_minutes} but the DAG is "
-            f"scheduled every {PASS_MINUTES} min: set STREAMREC_PASS_MINUTES to match"
+            f"{path}: missing section 'schedule': add 'schedule: {{start: <UTC time your "
+            "stream starts, e.g. 2026-11-23T08:00:00Z>}}' so Airflow knows its first window"
         )
     return cfg
 
 
+CFG = _config()
+SCHEDULE = CFG.schedule
+assert SCHEDULE is not None  # _config checked it
+
+
 @dag(
-    schedule=timedelta(minutes=PASS_MINUTES),
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
-    catchup=False,
+    schedule=DeltaDataIntervalTimetable(timedelta(minutes=CFG.passes.pass_minutes)),
+    start_date=window_floor(SCHEDULE.start, CFG.passes.pass_minutes),
+    catchup=True,
     max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=20)},
+    default_args={
+        "depends_on_past": True,
+        "retries": SCHEDULE.task_retries,
+        "retry_delay": timedelta(seconds=SCHEDULE.retry_delay_seconds),
+        "retry_exponential_backoff": True,
+        "max_retry_delay": timedelta(seconds=SCHEDULE.max_retry_delay_seconds),
+    },
     tags=["streamrec"],
     doc_md=__doc__,
 )
 def streamrec_pass():
-    @task.sensor(poke_interval=5, timeout=3600, mode="reschedule")
+    @task.sensor(
+        poke_interval=SCHEDULE.poke_seconds,
+        timeout=SCHEDULE.wait_timeout_seconds,
+        mode="poke",  # reschedule mode races the scheduler in 3.3 (apache/airflow#71172)
+    )
     def wait_pass(data_interval_start: datetime | None = None) -> PokeReturnValue:
-        from streamrec.passes import is_complete, pass_dir, pass_id_at
+        from streamrec.passes import pass_id_at, pass_state
 
         pass_id = pass_id_at(data_interval_start)
-        done = is_complete(pass_dir(_config().paths.data_root, pass_id))
-        return PokeReturnValue(is_done=done, xcom_value=pass_id)
+        state, why = pass_state(_config().paths.data_root, pass_id)
+        log.info("pass %s: %s", pass_id, why)
+        if state == "never":
+            raise AirflowSkipException(why)
+        return PokeReturnValue(is_done=state == "complete", xcom_value=pass_id)
 
     @task
     def train_pass(pass_id: str) -> dict[str, Any]:
@@ -84,6 +108,12 @@ def streamrec_pass():
 
         cfg = _config()
         return ClusterClient.from_config(cfg).maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
+
+    @task
+    def retention(pass_id: str) -> dict[str, Any]:
+        from ops.retention import apply_if_day_ends
+
+        return apply_if_day_ends(_config(), pass_id)
 
     @task
     def export(pass_id: str, decision: dict[str, Any]) -> str:
@@ -112,6 +142,7 @@ def streamrec_pass():
     decision = evaluate(trained)
     maintained = maintain(pass_id)
     decision >> maintained
+    maintained >> retention(pass_id)
     version = export(pass_id, decision)
     maintained >> version
     deliver(version)

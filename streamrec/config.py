@@ -11,6 +11,9 @@ absolute) that subprocesses such as the trainer cluster and Airflow tasks load.
 
 from __future__ import annotations
 
+import os
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,6 +145,86 @@ class GateConfig(_Strict):
         0.02, ge=0, description="Largest AUC drop allowed against the serving model's pass."
     )
     min_rows: int = Field(100, ge=1, description="Passes with fewer rows are not delivered.")
+
+
+class ScheduleConfig(_Strict):
+    """How Airflow schedules the per-pass DAG (read by ``dags/`` only)."""
+
+    start: datetime = Field(
+        description="UTC time of the first pass window Airflow schedules (rounded down to a "
+        "window boundary), e.g. '2026-11-23T08:00:00Z'. Every window from here on gets one "
+        "run, in order, caught up after an outage; windows before the stream's first pass "
+        "are skipped as soon as a later pass is complete. Set it to when your stream starts."
+    )
+    wait_timeout_seconds: float = Field(
+        86_400,
+        gt=0,
+        description="How long a run waits for its pass (a builder outage). Past it the run "
+        "fails and later runs hold until it is cleared: passes are never skipped silently.",
+    )
+    poke_seconds: float = Field(
+        5, gt=0, description="How often the pass sensor looks for the pass's _SUCCESS."
+    )
+    task_retries: int = Field(
+        12,
+        ge=0,
+        description="Retries of each task (a cluster or Redis outage), with exponential "
+        "backoff from retry_delay_seconds up to max_retry_delay_seconds.",
+    )
+    retry_delay_seconds: float = Field(10, gt=0, description="First retry delay.")
+    max_retry_delay_seconds: float = Field(300, gt=0, description="Longest retry delay.")
+
+    @field_validator("start")
+    @classmethod
+    def _utc(cls, v: datetime) -> datetime:
+        if v.tzinfo is None:
+            raise ValueError("give a UTC time with its zone, e.g. '2026-11-23T08:00:00Z'")
+        return v.astimezone(UTC)
+
+
+class RetentionConfig(_Strict):
+    """What ``streamrec retention`` (and the DAG after a day's last pass) deletes."""
+
+    passes_days: float = Field(
+        7,
+        gt=0,
+        description="Pass directories whose window ended longer ago than this are deleted "
+        "once trained (an untrained pass is never deleted).",
+    )
+    slices_days: float = Field(
+        1,
+        gt=0,
+        description="Slices of assembled passes older than this are deleted; each "
+        "partition's newest slice (its resume point) is always kept.",
+    )
+    artifacts_keep: int = Field(
+        10,
+        ge=1,
+        description="Newest model versions kept on disk and in the registry (for rollback); "
+        "the serving version is always kept.",
+    )
+    redis_days: float = Field(
+        30,
+        gt=0,
+        description="Per-pass status, done markers and command records of passes older than "
+        "this are deleted, and the command stream is trimmed to the same age.",
+    )
+    dead_letter_days: float = Field(
+        14,
+        gt=0,
+        description="retention.ms of the dead-letter topics, set when the builder creates "
+        "them: the broker drops dead letters (and so their counts) after this.",
+    )
+
+    @model_validator(mode="after")
+    def _records_outlive_passes(self) -> RetentionConfig:
+        if self.redis_days < self.passes_days:
+            raise ValueError(
+                f"retention.redis_days ({self.redis_days:g}) is below passes_days "
+                f"({self.passes_days:g}): the Redis records that tell a pass was trained must "
+                "outlive the pass; raise redis_days"
+            )
+        return self
 
 
 class SyntheticConfig(_Strict):
@@ -313,6 +396,10 @@ class PipelineConfig(_Strict):
     checkpoints: CheckpointConfig = CheckpointConfig()
     gate: GateConfig = GateConfig()
     synthetic: SyntheticConfig = SyntheticConfig()
+    schedule: ScheduleConfig | None = Field(
+        None, description="Airflow scheduling; required by dags/streamrec_pass.py."
+    )
+    retention: RetentionConfig = RetentionConfig()
 
     @property
     def uses_embedded_services(self) -> bool:
@@ -363,6 +450,32 @@ def _explain(path: Path, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _substitute_env(value: Any, path: Path, key: str = "") -> Any:
+    """Replace ``${VAR}`` in string values by the environment's VAR, so secrets (a Redis
+    password in ``redis.url``, Kafka credentials) stay out of the YAML."""
+    if isinstance(value, dict):
+        return {
+            k: _substitute_env(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_substitute_env(v, path, key) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def lookup(m: re.Match[str]) -> str:
+        if m.group(1) not in os.environ:
+            raise ConfigError(
+                f"{path}: key '{key}' refers to ${{{m.group(1)}}} but the environment has no "
+                f"{m.group(1)}: export it (secrets come from the environment, not the YAML)"
+            )
+        return os.environ[m.group(1)]
+
+    return _ENV_REF.sub(lookup, value)
+
+
 def _inline(raw: dict[str, Any], key: str, base: Path) -> None:
     """Replace a path-valued ``key`` by the YAML mapping it names."""
     value = raw.get(key)
@@ -371,9 +484,10 @@ def _inline(raw: dict[str, Any], key: str, base: Path) -> None:
 
 
 def load_config(path: str | Path) -> PipelineConfig:
-    """Load and validate a pipeline config; raise ConfigError naming the file and the key."""
+    """Load and validate a pipeline config; raise ConfigError naming the file and the key.
+    String values may hold ``${VAR}``, replaced by the environment variable VAR."""
     path = Path(path).resolve()
-    raw = _read_yaml(path)
+    raw = _substitute_env(_read_yaml(path), path)
     _inline(raw, "schema", path.parent)
     _inline(raw, "model", path.parent)
     paths = raw.get("paths")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -77,6 +77,12 @@ def next_pass_id(pass_id: str, pass_minutes: int) -> str:
 def closes_day(pass_id: str, pass_minutes: int) -> bool:
     """True for the last pass of a logical (UTC) day: the daily maintenance runs after it."""
     return next_pass_id(pass_id, pass_minutes)[:8] != pass_id[:8]
+
+
+def window_floor(moment: datetime, pass_minutes: int) -> datetime:
+    """The start of the pass window holding ``moment`` (an aware datetime), in UTC."""
+    ms = int(moment.timestamp() * 1000)
+    return parse_pass_id(compose_pass_id(ms, pass_minutes))
 
 
 def pass_dir(data_root: Path, pass_id: str) -> Path:
@@ -220,6 +226,32 @@ def read_slice(directory: Path) -> SliceManifest:
 def manifest_json(manifest: BaseModel) -> str:
     """The manifest as written to disk."""
     return json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True)
+
+
+PassState = Literal["complete", "never", "pending"]
+
+
+def pass_state(data_root: Path, pass_id: str) -> tuple[PassState, str]:
+    """Whether ``pass_id`` is ``complete``, will ``never`` be (a later pass is complete and
+    no partition wrote a slice of this window: it precedes the stream, or lies in a gap the
+    builder skipped), or is still ``pending``; with a sentence saying why."""
+    directory = pass_dir(data_root, pass_id)
+    if is_complete(directory):
+        return "complete", f"{directory} is complete"
+    later = [p for p in complete_passes(data_root) if p > pass_id]
+    sliced = slice_dir(data_root, pass_id, 0).parent
+    if later and not sliced.exists():
+        return "never", (
+            f"no pass for window {pass_id} will come: pass {later[0]} after it is complete and "
+            f"no partition wrote a slice of it (before the stream began, or a skipped gap)"
+        )
+    newest = f"newest complete pass {later[-1] if later else _newest(data_root)}"
+    return "pending", f"waiting for {directory / SUCCESS_NAME} ({newest})"
+
+
+def _newest(data_root: Path) -> str:
+    done = complete_passes(data_root)
+    return done[-1] if done else "none yet"
 
 
 def complete_passes(data_root: Path) -> list[str]:

@@ -25,6 +25,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["AIRFLOW_HOME"] = str(home)
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ.setdefault("STREAMREC_CONFIG", str(REPO / "configs" / "pipeline.yaml"))
     os.environ.setdefault("STREAMREC_LOG_LEVEL", "INFO")
 
 

@@ -98,7 +98,6 @@ def stack(make_config) -> Stack:
     cluster.start()
     try:
         os.environ["STREAMREC_CONFIG"] = str(resolved)
-        os.environ["STREAMREC_PASS_MINUTES"] = str(cfg.passes.pass_minutes)
         _airflow_db_migrate(dict(os.environ))
         from airflow.dag_processing.dagbag import DagBag
 

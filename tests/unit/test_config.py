@@ -29,12 +29,32 @@ def _write(tmp_path: Path, repo: Path, **changes) -> Path:
     return path
 
 
-def test_shipped_configs_load(repo: Path) -> None:
+def test_shipped_configs_load(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = load_config(repo / "configs" / "pipeline.yaml")
     assert cfg.uses_embedded_services
     assert cfg.paths.data_root.is_absolute()
     assert [s.name for s in cfg.feature_schema.sparse][:2] == ["user_id", "item_id"]
-    assert not load_config(repo / "configs" / "pipeline.docker.yaml").uses_embedded_services
+    monkeypatch.setenv("REDIS_PASSWORD", "s3cret")
+    docker = load_config(repo / "configs" / "pipeline.docker.yaml")
+    assert not docker.uses_embedded_services
+    assert docker.redis.url == "redis://:s3cret@redis:6379/0"  # the secret is not in the YAML
+
+
+def test_missing_environment_variable_is_named_with_its_key(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("REDIS_PASSWORD", raising=False)
+    with pytest.raises(ConfigError, match=r"key 'redis\.url' refers to \$\{REDIS_PASSWORD\}"):
+        load_config(repo / "configs" / "pipeline.docker.yaml")
+
+
+def test_schedule_start_needs_a_zone_and_retention_keeps_records_longer(
+    tmp_path: Path, repo: Path
+) -> None:
+    with pytest.raises(ConfigError, match=r"schedule\.start.*UTC"):
+        load_config(_write(tmp_path, repo, schedule__start="2026-11-23T08:00:00"))
+    with pytest.raises(ConfigError, match="raise redis_days"):
+        load_config(_write(tmp_path, repo, retention__redis_days=3))
 
 
 def test_missing_key_is_named_with_its_meaning(tmp_path: Path, repo: Path) -> None:

@@ -1,29 +1,86 @@
-"""Every DAG file imports without errors, and the pass DAG has the documented shape."""
+"""Every DAG file imports without errors, the pass DAG has the documented shape, and its
+schedule (as the scheduler computes it) gives one run per pass window, in order, with
+catch-up from ``schedule.start``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from datetime import timedelta
 from pathlib import Path
 
+import yaml
 
-def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
+
+def _bag(repo: Path):
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(repo / "dags"))
     assert bag.import_errors == {}
-    dag = bag.dags["streamrec_pass"]  # from the parsed files, no metadata DB needed
+    return bag.dags["streamrec_pass"]  # from the parsed files, no metadata DB needed
+
+
+def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
+    dag = _bag(repo)
     assert set(dag.task_ids) == {
         "wait_pass",
         "train_pass",
         "evaluate",
         "maintain",
+        "retention",
         "export",
         "deliver",
     }
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert down["wait_pass"] == {"train_pass", "maintain", "export"}
+    assert down["wait_pass"] == {"train_pass", "maintain", "retention", "export"}
     assert down["train_pass"] == {"evaluate"}
     assert down["evaluate"] == {"maintain", "export"}
-    assert down["maintain"] == {"export"}
+    assert down["maintain"] == {"retention", "export"}
     assert down["export"] == {"deliver"}
-    assert dag.get_task("wait_pass").mode == "reschedule"
-    assert all(t.retries >= 1 for t in dag.tasks)
+    assert dag.catchup and dag.max_active_runs == 1
+    assert all(t.retries >= 1 and t.depends_on_past for t in dag.tasks)
+    assert dag.get_task("wait_pass").timeout >= 3600
+
+
+def test_runs_are_pass_windows_from_the_start_with_catch_up(repo: Path) -> None:
+    from airflow.serialization.encoders import coerce_to_core_timetable
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    from streamrec.config import load_config
+    from streamrec.passes import pass_id_at
+
+    cfg = load_config(os.environ["STREAMREC_CONFIG"])
+    dag = _bag(repo)
+    timetable = coerce_to_core_timetable(dag.timetable)
+    restriction = TimeRestriction(earliest=dag.start_date, latest=None, catchup=True)
+    first = timetable.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
+    window = timedelta(minutes=cfg.passes.pass_minutes)
+    assert first.data_interval.start == cfg.schedule.start  # the shipped start is a boundary
+    assert first.data_interval.end - first.data_interval.start == window
+    # long after the start (an outage): the next run is the very next window, not "now"
+    nxt = timetable.next_dagrun_info(
+        last_automated_data_interval=DataInterval(
+            first.data_interval.start, first.data_interval.end
+        ),
+        restriction=restriction,
+    )
+    assert nxt.data_interval.start == first.data_interval.end
+    assert pass_id_at(nxt.data_interval.start) == "202601010010"
+
+
+def test_dag_without_schedule_section_fails_naming_the_key(repo: Path, tmp_path: Path) -> None:
+    raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
+    del raw["schedule"]
+    raw["schema"] = str(repo / "configs" / "schema.yaml")
+    raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    probe = subprocess.run(
+        [sys.executable, str(repo / "dags" / "streamrec_pass.py")],
+        env={**os.environ, "STREAMREC_CONFIG": str(config)},
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode != 0
+    assert "missing section 'schedule'" in probe.stderr and "start" in probe.stderr

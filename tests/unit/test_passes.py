@@ -14,7 +14,10 @@ from streamrec.passes import (
     parse_pass_id,
     pass_dir,
     pass_id_at,
+    pass_state,
     read_manifest,
+    slice_dir,
+    window_floor,
     window_ms,
 )
 
@@ -44,3 +47,30 @@ def test_layout_and_incomplete_pass(tmp_path: Path) -> None:
     d.mkdir(parents=True)
     with pytest.raises(ContractError, match="not complete"):
         read_manifest(d)
+
+
+def _complete(root: Path, pass_id: str) -> None:
+    d = pass_dir(root, pass_id)
+    d.mkdir(parents=True)
+    (d / "_SUCCESS").touch()
+
+
+def test_pass_state_tells_waiting_from_never(tmp_path: Path) -> None:
+    state, why = pass_state(tmp_path, "202601010000")
+    assert state == "pending" and "none yet" in why and "_SUCCESS" in why
+    _complete(tmp_path, "202601010010")
+    assert pass_state(tmp_path, "202601010010")[0] == "complete"
+    # an earlier window nobody wrote a slice of: before the stream began
+    state, why = pass_state(tmp_path, "202601010000")
+    assert state == "never" and "202601010010" in why
+    # a window a partition is still writing waits, whatever is complete after it
+    slice_dir(tmp_path, "202601010005", 0).parent.mkdir(parents=True)
+    assert pass_state(tmp_path, "202601010005")[0] == "pending"
+    # after the newest complete pass: the stream has not got there yet
+    assert pass_state(tmp_path, "202601010020")[0] == "pending"
+
+
+def test_window_floor_rounds_down_to_a_window_start() -> None:
+    moment = datetime(2026, 11, 23, 9, 7, 31, tzinfo=UTC)
+    assert window_floor(moment, 5) == datetime(2026, 11, 23, 9, 5, tzinfo=UTC)
+    assert window_floor(moment, 60) == datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
