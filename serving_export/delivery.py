@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def publish(cfg: PipelineConfig, raw_export: str | Path, decision: GateDecision)
 def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
     """Make ``version`` the serving model, unless a newer one already serves."""
     previous, switched = registry_for(cfg).promote(version)
-    result = {"version": version, "previous": previous, "switched": switched}
+    result = {"version": version, "previous": previous, "switched": switched, "at": time.time()}
     if switched:
         _record(cfg, version, "delivered", result)
         log.info("serving %s (was %s)", version, previous)

@@ -33,6 +33,19 @@ class ModelRegistry:
             self._keys.registry_versions(self._model), manifest["version"], json.dumps(manifest)
         )
 
+    def forget(self, version: str) -> None:
+        """Drop a version's registry entry (retention; never the serving version)."""
+        if version == self.serving_version():
+            raise RegistryConflict(f"{self._model} {version} is serving; it cannot be forgotten")
+        self._r.hdel(self._keys.registry_versions(self._model), version)
+
+    def history(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest pointer switches, newest first."""
+        return [
+            json.loads(h)
+            for h in self._r.lrange(self._keys.registry_history(self._model), 0, limit - 1)
+        ]
+
     def versions(self) -> list[str]:
         return sorted(self._r.hkeys(self._keys.registry_versions(self._model)))
 

@@ -176,7 +176,10 @@ class PassBuilder:
         servers, n = self.cfg.kafka.bootstrap_servers, self.cfg.kafka.partitions
         for topic in self.topics.values():
             ensure_topic(servers, topic, n)
-            ensure_topic(servers, topic + self.cfg.kafka.dlq_suffix, 1)
+            dlq_ms = int(self.cfg.retention.dead_letter_days * 86_400_000)
+            ensure_topic(
+                servers, topic + self.cfg.kafka.dlq_suffix, 1, {"retention.ms": str(dlq_ms)}
+            )
         counts = {topic: partition_count(servers, topic) for topic in self.topics.values()}
         if len(set(counts.values())) != 1:
             raise StreamingError(
@@ -615,7 +618,9 @@ class PassBuilder:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Cut the impression/click topics into passes.")
+    parser = argparse.ArgumentParser(
+        prog="streamrec build-passes", description="Cut the impression/click topics into passes."
+    )
     parser.add_argument("--config", required=True, type=Path, help="pipeline YAML")
     parser.add_argument("--until-pass", help="stop once this pass id is complete")
     parser.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")

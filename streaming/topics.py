@@ -27,8 +27,14 @@ CONSUMER_FETCH = {
 }
 
 
-def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
-    """Create ``topic`` with ``partitions`` partitions unless it exists."""
+def ensure_topic(
+    bootstrap_servers: str,
+    topic: str,
+    partitions: int,
+    configs: dict[str, str] | None = None,
+) -> None:
+    """Create ``topic`` with ``partitions`` partitions (and topic ``configs`` such as
+    ``retention.ms``) unless it exists."""
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10_000)
     except KafkaError as e:
@@ -36,7 +42,7 @@ def ensure_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
     try:
         if topic in admin.list_topics():
             return
-        admin.create_topics([NewTopic(topic, partitions, 1)])
+        admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
         log.info("created topic %s with %d partitions", topic, partitions)
     except TopicAlreadyExistsError:
         pass

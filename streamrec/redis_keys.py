@@ -54,6 +54,9 @@ class RedisKeys:
     def cursor(self, role: str, rank: int) -> str:
         return f"{self.prefix}:cursor:{role}:{rank}"
 
+    def cursor_pattern(self, role: str) -> str:
+        return f"{self.prefix}:cursor:{role}:*"
+
     def done(self, kind: str, pass_id: str) -> str:
         return f"{self.prefix}:done:{kind}:{pass_id}"
 

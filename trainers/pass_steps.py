@@ -244,6 +244,7 @@ def _test_then_train(
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     """Progressive validation on the pass, training on it, then its checkpoint (a delta, or
     a base every ``base_every_passes``): the pass counts as trained once the save is durable."""
+    started_at = time.time()
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     manifest = read_manifest(directory)
     files = [str(directory / p.file) for p in manifest.parts]
@@ -264,6 +265,8 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "workers": ctx.workers,
         "reader": ctx.cfg.model.runner.reader_type,
         "sync_mode": ctx.cfg.model.runner.sync_mode,
+        "started_at": started_at,  # epoch seconds: scheduling latency and freshness
+        "trained_at": time.time(),
     }
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
     with ctx.stage("save", seconds):

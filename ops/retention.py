@@ -1,0 +1,227 @@
+"""Retention: what a pipeline left running for months may delete, and deleting it.
+
+``plan`` lists every deletion with its reason and deletes nothing (the dry run); ``apply``
+carries a plan out. What goes, by ``retention`` (and ``checkpoints.keep_bases``):
+
+    pass        pass directories whose window ended before ``passes_days`` ago, once trained
+    slice       slices of assembled passes older than ``slices_days``; never a window at or
+                after any partition's newest slice (where the builder resumes)
+    checkpoint  saves older than the newest ``keep_bases`` bases (the cluster also does this
+                after every base)
+    raw-export  the cluster's raw inference exports, all but the newest (artifacts hold them)
+    artifact    model versions beyond the newest ``artifacts_keep``, never the serving one
+                (directory and registry entry)
+    redis       pass status, done markers and command records of passes older than
+                ``redis_days``; command stream entries older than that every worker has read
+
+Dead letters age out in the broker (``retention.ms`` of the dead-letter topics).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import redis
+
+from serving_export.artifact import artifact_dir
+from serving_export.delivery import registry_for
+from streaming.slices import latest_slice, slice_pass_ids
+from streamrec.config import PipelineConfig
+from streamrec.passes import (
+    closes_day,
+    complete_passes,
+    pass_dir,
+    pass_id_at,
+    slices_root,
+    window_ms,
+)
+from streamrec.redis_keys import RedisKeys
+from trainers.checkpoints import expired, list_checkpoints
+from trainers.control_plane import WORKER, connect
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["pass", "slice", "checkpoint", "raw-export", "artifact", "redis"]
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """One thing retention removes: a directory or a Redis key (or stream range)."""
+
+    kind: Kind
+    target: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    dry_run: bool
+    deletions: list[Deletion]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in self.deletions:
+            out[d.kind] = out.get(d.kind, 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "counts": self.counts(),
+            "deletions": [asdict(d) for d in self.deletions],
+        }
+
+
+def _cutoff_id(now: datetime, days: float) -> str:
+    return pass_id_at(now - timedelta(days=days))
+
+
+def _trained(r: redis.Redis, keys: RedisKeys, pass_id: str, saved: set[str]) -> bool:
+    return pass_id in saved or r.exists(keys.done("train", pass_id)) == 1
+
+
+def _passes(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime):
+    ret, minutes = cfg.retention, cfg.passes.pass_minutes
+    cutoff_ms = int((now - timedelta(days=ret.passes_days)).timestamp() * 1000)
+    saved = {c.pass_id for c in list_checkpoints(cfg.paths.checkpoint_root)}
+    for pass_id in complete_passes(cfg.paths.data_root):
+        if window_ms(pass_id, minutes)[1] > cutoff_ms:
+            break
+        if _trained(r, keys, pass_id, saved):
+            yield Deletion(
+                "pass",
+                str(pass_dir(cfg.paths.data_root, pass_id)),
+                f"trained, window ended over {ret.passes_days:g} days ago",
+            )
+
+
+def _slices(cfg: PipelineConfig, now: datetime):
+    root, minutes = cfg.paths.data_root, cfg.passes.pass_minutes
+    partitions = sorted(
+        int(p.name[1:]) for p in slices_root(root).glob("*/*/p*") if p.name[1:].isdigit()
+    )
+    newest = [s.pass_id for p in set(partitions) if (s := latest_slice(root, p, minutes))]
+    if not newest:
+        return
+    resume_from = min(newest)
+    cutoff = _cutoff_id(now, cfg.retention.slices_days)
+    complete = set(complete_passes(root))
+    for pass_id in sorted(slice_pass_ids(root)):
+        if pass_id >= resume_from or pass_id >= cutoff:
+            break
+        if pass_id in complete:
+            yield Deletion(
+                "slice",
+                str(slices_root(root) / pass_id[:8] / pass_id),
+                f"assembled into its pass, older than {cfg.retention.slices_days:g} days",
+            )
+
+
+def _checkpoints(cfg: PipelineConfig):
+    for path in expired(cfg.paths.checkpoint_root, cfg.checkpoints.keep_bases):
+        yield Deletion(
+            "checkpoint", str(path), f"older than the newest {cfg.checkpoints.keep_bases} bases"
+        )
+
+
+def _raw_exports(cfg: PipelineConfig):
+    root = Path(cfg.paths.work_root) / "exports"
+    exports = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
+    for path in exports[:-1]:
+        yield Deletion("raw-export", str(path), "packaged or superseded by a newer export")
+
+
+def _artifacts(cfg: PipelineConfig):
+    registry = registry_for(cfg)
+    serving = registry.serving_version()
+    model_dir = Path(cfg.paths.model_root) / cfg.model.model
+    on_disk = {p.name for p in model_dir.glob("*") if p.is_dir() and not p.name.startswith(".")}
+    versions = sorted(on_disk | set(registry.versions()))
+    keep = set(versions[-cfg.retention.artifacts_keep :]) | {serving}
+    for version in versions:
+        if version not in keep:
+            yield Deletion(
+                "artifact",
+                str(artifact_dir(cfg, version)),
+                f"older than the newest {cfg.retention.artifacts_keep} versions, not serving",
+            )
+
+
+def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime):
+    cutoff = _cutoff_id(now, cfg.retention.redis_days)
+    why = f"pass older than {cfg.retention.redis_days:g} days"
+    for pattern in (keys.pass_status("*"), keys.done("*", "*")):
+        for key in r.scan_iter(pattern):
+            if key.rsplit(":", 1)[1] < cutoff:
+                yield Deletion("redis", key, why)
+    for key in r.scan_iter(keys.command("*")):
+        pass_id = r.hget(key, "pass_id")
+        if pass_id and pass_id < cutoff:
+            yield Deletion("redis", key, why)
+    # Stream ids are <ms>-<seq>: trim by age, but never past a command a worker has not read.
+    oldest_kept = (int((now - timedelta(days=cfg.retention.redis_days)).timestamp() * 1000), 0)
+    for cursor in filter(None, (r.get(k) for k in r.scan_iter(keys.cursor_pattern(WORKER)))):
+        ms, seq = (int(part) for part in cursor.split("-"))
+        oldest_kept = min(oldest_kept, (ms, seq + 1))
+    min_id = f"{oldest_kept[0]}-{oldest_kept[1]}"
+    if r.xrange(keys.commands, max=f"({min_id}", count=1):
+        yield Deletion("redis", f"{keys.commands} MINID {min_id}", "commands every worker read")
+
+
+def plan(cfg: PipelineConfig, now: datetime | None = None) -> list[Deletion]:
+    """Everything retention would delete now, with the reason; deletes nothing."""
+    now = now or datetime.now(UTC)
+    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    return [
+        *_passes(cfg, r, keys, now),
+        *_slices(cfg, now),
+        *_checkpoints(cfg),
+        *_raw_exports(cfg),
+        *_artifacts(cfg),
+        *_redis_keys(cfg, r, keys, now),
+    ]
+
+
+def apply(
+    cfg: PipelineConfig, dry_run: bool = False, now: datetime | None = None
+) -> RetentionResult:
+    """Delete what ``plan`` lists (nothing with ``dry_run``)."""
+    deletions = plan(cfg, now)
+    if dry_run:
+        return RetentionResult(True, deletions)
+    r = connect(cfg.redis.url)
+    registry = registry_for(cfg)
+    for d in deletions:
+        if d.kind == "redis" and " MINID " in d.target:
+            stream, _, min_id = d.target.split(" ")
+            r.xtrim(stream, minid=min_id, approximate=False)
+        elif d.kind == "redis":
+            r.delete(d.target)
+        else:
+            if d.kind == "artifact":
+                registry.forget(Path(d.target).name)
+            shutil.rmtree(d.target, ignore_errors=True)
+    _remove_empty_days(cfg)
+    if deletions:
+        log.info("retention deleted %s", json.dumps(RetentionResult(False, deletions).counts()))
+    return RetentionResult(False, deletions)
+
+
+def _remove_empty_days(cfg: PipelineConfig) -> None:
+    for root in (Path(cfg.paths.data_root) / "passes", slices_root(cfg.paths.data_root)):
+        for day in root.glob("[0-9]*") if root.is_dir() else []:
+            if day.is_dir() and not any(day.iterdir()):
+                day.rmdir()
+
+
+def apply_if_day_ends(cfg: PipelineConfig, pass_id: str) -> dict[str, Any]:
+    """``apply`` after the last pass of a logical day (the DAG's daily run); else nothing."""
+    if not closes_day(pass_id, cfg.passes.pass_minutes):
+        return {"pass_id": pass_id, "retention": False}
+    return {"pass_id": pass_id, "retention": True, "counts": apply(cfg).counts()}

@@ -1,0 +1,128 @@
+"""``streamrec retention`` on real passes (broker + builder) and a real redis-server: what
+goes, what stays, and a dry run that deletes nothing. The passes are from January 2026,
+older than every retention age; the Redis records and saves around them are written the
+way the cluster and the registry write them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from serving_export.delivery import registry_for
+from streamrec.config import dump_config
+from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
+from streamrec.redis_keys import RedisKeys
+from trainers.checkpoints import CheckpointInfo, write_info
+from trainers.control_plane import WORKER, connect
+
+CLI = str(Path(sys.executable).with_name("streamrec"))
+FIRST = "202601010000"
+
+
+@pytest.fixture(scope="module")
+def pipeline(make_config, build_passes) -> dict[str, Any]:
+    cfg = make_config(
+        checkpoints={"keep_bases": 1},
+        retention={"artifacts_keep": 2, "slices_days": 1, "passes_days": 7, "redis_days": 30},
+        synthetic={"events_per_pass": 500},
+    )
+    build_passes(cfg, FIRST, 4)
+    passes = complete_passes(cfg.paths.data_root)[:4]
+    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    for p in passes[:3]:  # trained, as the cluster records it; the fourth is not
+        r.set(keys.done("train", p), f"cmd-{p}")
+        r.hset(keys.pass_status(p), "train", json.dumps({"pass_id": p}))
+        r.hset(keys.command(f"cmd-{p}"), mapping={"kind": "train", "pass_id": p})
+    recent = pass_id_at(datetime.now(UTC))
+    r.hset(keys.pass_status(recent), "train", json.dumps({"pass_id": recent}))
+    r.xadd(keys.commands, {"id": "old", "kind": "train", "pass_id": passes[0]}, id="1000-0")
+    r.xadd(keys.commands, {"id": "new", "kind": "train", "pass_id": recent}, id="*")
+    r.set(keys.cursor(WORKER, 0), "1000-0")  # every worker has read the old command
+    r.set(keys.cursor(WORKER, 1), "1000-0")
+
+    root = Path(cfg.paths.checkpoint_root)
+    for seq, (p, kind) in enumerate(zip(passes[:3], ["base", "delta", "base"], strict=True)):
+        parent = None if kind == "base" else f"{passes[seq - 1]}-base"
+        info = CheckpointInfo(
+            pass_id=p, kind=kind, seq=seq, parent=parent, table_keys=1, saved_keys=1
+        )
+        (root / info.name).mkdir(parents=True)
+        write_info(root / info.name, info)
+    for p in passes[:3]:
+        (Path(cfg.paths.work_root) / "exports" / f"{p}-cmd").mkdir(parents=True)
+    registry = registry_for(cfg)
+    model_dir = Path(cfg.paths.model_root) / cfg.model.model
+    for p in passes:
+        (model_dir / p).mkdir(parents=True)
+        (model_dir / p / "MANIFEST.json").write_text(json.dumps({"version": p}))
+        registry.register({"version": p})
+        registry.promote(p)
+    registry.rollback(passes[0])  # the oldest serves again: it must be kept
+    return {"cfg": cfg, "config": dump_config(cfg, root.parent / "p.yaml"), "passes": passes}
+
+
+def _retention(config: Path, *flags: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [CLI, "retention", "--config", str(config), "--json", *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def _planned(result: dict[str, Any], kind: str) -> set[str]:
+    return {Path(d["target"]).name for d in result["deletions"] if d["kind"] == kind}
+
+
+def test_dry_run_lists_what_goes_and_deletes_nothing(pipeline: dict[str, Any]) -> None:
+    cfg, passes = pipeline["cfg"], pipeline["passes"]
+    before = sorted(
+        p.relative_to(cfg.paths.data_root) for p in Path(cfg.paths.data_root).rglob("*")
+    )
+    result = _retention(pipeline["config"], "--dry-run")
+    assert result["dry_run"] is True
+    assert _planned(result, "pass") == set(passes[:3])  # the untrained fourth stays
+    assert _planned(result, "slice") == set(passes[:3])  # the newest slice is a resume point
+    assert _planned(result, "checkpoint") == {f"{passes[0]}-base", f"{passes[1]}-delta"}
+    assert _planned(result, "raw-export") == {f"{p}-cmd" for p in passes[:2]}
+    assert _planned(result, "artifact") == {passes[1]}  # newest two kept, and the serving one
+    redis_targets = {d["target"] for d in result["deletions"] if d["kind"] == "redis"}
+    keys = RedisKeys(cfg.name)
+    assert {keys.pass_status(p) for p in passes[:3]} <= redis_targets
+    assert {keys.done("train", p) for p in passes[:3]} <= redis_targets
+    assert any(" MINID " in t for t in redis_targets)
+    after = sorted(p.relative_to(cfg.paths.data_root) for p in Path(cfg.paths.data_root).rglob("*"))
+    assert after == before
+    assert registry_for(cfg).versions() == sorted(passes)
+
+
+def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str, Any]) -> None:
+    cfg, passes = pipeline["cfg"], pipeline["passes"]
+    planned = _retention(pipeline["config"], "--dry-run")["deletions"]
+    result = _retention(pipeline["config"])
+    assert result["dry_run"] is False and result["deletions"] == planned
+    data = Path(cfg.paths.data_root)
+    assert complete_passes(data) == passes[3:]
+    assert pass_dir(data, passes[3]).is_dir()
+    assert not (slices_root(data) / passes[0][:8] / passes[0]).exists()
+    assert (slices_root(data) / passes[3][:8] / passes[3]).is_dir()
+    assert [p.name for p in Path(cfg.paths.checkpoint_root).glob("2026*")] == [f"{passes[2]}-base"]
+    assert [p.name for p in (Path(cfg.paths.work_root) / "exports").iterdir()] == [
+        f"{passes[2]}-cmd"
+    ]
+    registry = registry_for(cfg)
+    assert registry.versions() == [passes[0], passes[2], passes[3]]
+    assert registry.serving_version() == passes[0]
+    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    assert not any(r.exists(keys.done("train", p)) for p in passes[:3])
+    assert r.exists(keys.pass_status(pass_id_at(datetime.now(UTC))))  # recent: kept
+    assert [fields["id"] for _, fields in r.xrange(keys.commands)] == ["new"]
+    assert _retention(pipeline["config"])["deletions"] == []  # nothing left to delete
