@@ -1,6 +1,7 @@
 """Run the whole streamrec loop on this machine and print a per-pass table.
 
-    streamrec-demo [--config configs/pipeline.yaml] [--passes 4]
+    streamrec demo [--config configs/pipeline.yaml] [--passes 4]
+    streamrec demo --live [--rate 200]     Airflow schedules a live stream, until Ctrl-C
 
 generator -> Kafka -> pass builder -> PS cluster (progressive AUC, training, checkpoint)
 -> quality gate -> artifact -> serving pointer -> a prediction from the served model.
@@ -154,14 +155,27 @@ def print_table(rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="streamrec demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="pipeline YAML")
     parser.add_argument("--passes", type=int, default=4, help="passes to train (at least 1)")
     parser.add_argument("--first-pass", default="202601010000", help="pass id of the first window")
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="run the real Airflow scheduler on a live stream of 1-minute passes until Ctrl-C",
+    )
+    parser.add_argument("--rate", type=float, default=300, help="--live: impressions/s")
+    parser.add_argument("--duration", type=float, help="--live: stop after this many seconds")
     args = parser.parse_args(argv)
     setup_logging()
     try:
+        if args.live:
+            from demo.live import run_live
+
+            return run_live(load_config(args.config), args.rate, args.duration)
         rows = run_demo(load_config(args.config), max(1, args.passes), args.first_pass)
     except StreamrecError as e:
         print(f"error: {e}", file=sys.stderr)

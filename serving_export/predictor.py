@@ -1,6 +1,6 @@
 """The reference predictor serving uses: load a registered artifact and score events.
 
-    streamrec-predict --config configs/pipeline.yaml --events events.jsonl
+    streamrec predict --config configs/pipeline.yaml --events events.jsonl
 
 Events are validated like the pass builder does, sparse values become feature signs with
 the same hash as training, each slot's embeddings are looked up in the artifact and
@@ -89,7 +89,9 @@ class Predictor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Score events with the serving model.")
+    parser = argparse.ArgumentParser(
+        prog="streamrec predict", description="Score events with the serving model."
+    )
     parser.add_argument(
         "--config", required=True, type=Path, help="pipeline YAML with a real Redis"
     )

@@ -1,8 +1,10 @@
-"""Push events to Kafka: from a JSON-lines or Criteo-style TSV file, or from the generator.
+"""Push events to Kafka: from a JSON-lines or Criteo-style TSV file, or from the generator
+(passes of past windows, or a live stream timed now).
 
-    streamrec-produce --config my.yaml --synthetic --passes 3 --start 202601010000 --rate 5000
-    streamrec-produce --config my.yaml --file events.jsonl
-    streamrec-produce --config my.yaml --file day_0.tsv --format criteo
+    streamrec produce --config my.yaml --synthetic --passes 3 --start 202601010000 --rate 5000
+    streamrec produce --config my.yaml --live --rate 200          # timed now, until Ctrl-C
+    streamrec produce --config my.yaml --file events.jsonl
+    streamrec produce --config my.yaml --file day_0.tsv --format criteo
 
 In ``click_join`` mode the generator sends unlabelled impressions to the impressions topic
 and clicks to the clicks topic; otherwise impressions carry their label. A Criteo line is
@@ -13,24 +15,28 @@ and categoricals its sparse slots, in order, and event times are spread evenly o
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import logging
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from kafka import KafkaProducer
 
-from streaming.synthetic import SyntheticBatch, SyntheticStream
+from streaming.synthetic import SyntheticBatch, SyntheticStream, record_best_auc
 from streaming.topics import ensure_topic
 from streamrec.auc import exact_auc
 from streamrec.config import EMBEDDED, PipelineConfig, SchemaConfig, load_config
 from streamrec.errors import StreamrecError
 from streamrec.logs import setup_logging
-from streamrec.passes import next_pass_id, window_ms
+from streamrec.passes import compose_pass_id, next_pass_id, window_ms
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +144,106 @@ def produce_synthetic(
             send_messages(producer, messages_for(cfg, batch))
     finally:
         producer.close()
+    record_best_auc(
+        cfg.paths.data_root,
+        {p: best_auc(cfg, b) for p, b in list(batches.items())[:passes]},
+    )
     return batches
+
+
+def best_auc(cfg: PipelineConfig, batch: SyntheticBatch) -> float:
+    """The AUC of the generating probabilities on the labels the pipeline will see."""
+    labels = (
+        batch.labels_within(cfg.join.label_window_seconds * 1000)
+        if cfg.join.mode == "click_join"
+        else batch.labels
+    )
+    return exact_auc(batch.probabilities, labels)
+
+
+def produce_live(
+    cfg: PipelineConfig,
+    rate: float,
+    stop: threading.Event,
+    tick_s: float = 0.5,
+    progress_every_s: float = 0,
+) -> int:
+    """A live synthetic stream until ``stop`` is set: impressions timed now, ``rate`` per
+    second, each click sent when its time comes; each closed window's best reachable AUC is
+    recorded for reports. Returns the impressions sent."""
+    topics = [cfg.kafka.impressions_topic]
+    if cfg.join.mode == "click_join":
+        topics.append(cfg.join.clicks_topic)
+    for topic in topics:
+        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
+    # A run-specific id prefix: a restarted live producer must not reuse event ids.
+    stream = SyntheticStream(cfg.feature_schema, cfg.synthetic, id_prefix=f"live{int(time.time())}")
+    producer = make_producer(cfg.kafka.bootstrap_servers)
+    clicks: list[tuple[int, int, dict[str, Any]]] = []  # (click_time, seq, click) heap
+    windows: dict[str, list[SyntheticBatch]] = {}
+    label_ms = cfg.join.label_window_seconds * 1000 if cfg.join.mode == "click_join" else 0
+    sent = seq = 0
+    last_ms = int(time.time() * 1000)
+    started = next_report = time.monotonic()
+    try:
+        while not stop.wait(tick_s):
+            # never straddle a window: each batch belongs to one pass (for its best AUC)
+            boundary = window_ms(
+                compose_pass_id(last_ms, cfg.passes.pass_minutes), cfg.passes.pass_minutes
+            )[1]
+            now_ms = min(int(time.time() * 1000), boundary)
+            n = int(np.random.default_rng(now_ms).poisson(rate * (now_ms - last_ms) / 1000))
+            if n:
+                batch = stream.batch(last_ms, now_ms, n)
+                windows.setdefault(compose_pass_id(last_ms, cfg.passes.pass_minutes), []).append(
+                    batch
+                )
+                for topic, event in messages_for(cfg, batch):
+                    if topic == cfg.kafka.impressions_topic:
+                        producer.send(topic, value=json.dumps(event).encode(), key=_key(event))
+                    else:
+                        seq += 1
+                        heapq.heappush(clicks, (event["click_time"], seq, event))
+                sent += n
+            while clicks and clicks[0][0] <= now_ms:
+                click = heapq.heappop(clicks)[2]
+                producer.send(
+                    cfg.join.clicks_topic, value=json.dumps(click).encode(), key=_key(click)
+                )
+            last_ms = now_ms
+            closed = [
+                p for p in windows if window_ms(p, cfg.passes.pass_minutes)[1] + label_ms < now_ms
+            ]
+            if closed:
+                record_best_auc(
+                    cfg.paths.data_root,
+                    {p: best_auc(cfg, _concat(windows.pop(p))) for p in closed},
+                )
+            if progress_every_s and time.monotonic() >= next_report:
+                next_report += progress_every_s
+                log.info(
+                    "live stream: %d impressions in %.0fs, %d clicks pending",
+                    sent,
+                    time.monotonic() - started,
+                    len(clicks),
+                )
+    finally:
+        producer.flush()
+        producer.close()
+    return sent
+
+
+def _key(event: dict[str, Any]) -> bytes:
+    return str(event["event_id"]).encode()
+
+
+def _concat(batches: list[SyntheticBatch]) -> SyntheticBatch:
+    return SyntheticBatch(
+        [e for b in batches for e in b.events],
+        np.concatenate([b.probabilities for b in batches]),
+        np.concatenate([b.labels for b in batches]),
+        np.concatenate([b.click_times for b in batches]),
+    )
 
 
 def criteo_events(
@@ -183,12 +288,20 @@ def _jsonl(path: Path) -> Iterator[bytes]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="streamrec produce",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, type=Path, help="pipeline YAML")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--file", type=Path, help="events file (JSON lines or Criteo TSV)")
     source.add_argument("--synthetic", action="store_true", help="generate events")
+    source.add_argument(
+        "--live",
+        action="store_true",
+        help="a live synthetic stream timed now, at --rate events/s, until Ctrl-C or --duration",
+    )
+    parser.add_argument("--duration", type=float, help="--live: stop after this many seconds")
     parser.add_argument(
         "--format", choices=["jsonl", "criteo"], default="jsonl", help="--file format"
     )
@@ -201,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         if cfg.kafka.bootstrap_servers == EMBEDDED:
             parser.error("kafka.bootstrap_servers is 'embedded': give a real broker address")
+        if args.live:
+            return _live(cfg, args.rate or 100.0, args.duration)
         servers = cfg.kafka.bootstrap_servers
         ensure_topic(servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
         if cfg.join.mode == "click_join":
@@ -225,6 +340,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
     log.info("sent %d messages", sent)
+    return 0
+
+
+def _live(cfg: PipelineConfig, rate: float, duration: float | None) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C, or a service manager's stop
+        signal.signal(sig, lambda *_: stop.set())
+    if duration is not None:
+        timer = threading.Timer(duration, stop.set)
+        timer.daemon = True
+        timer.start()
+    sent = produce_live(cfg, rate, stop, progress_every_s=10)
+    log.info("sent %d live impressions", sent)
     return 0
 
 

@@ -13,11 +13,14 @@ part of the weights, so a model trained before it must re-learn.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from streamrec.atomic_fs import write_text_atomic
 from streamrec.config import SchemaConfig, SyntheticConfig
 
 DEFAULT_CARDINALITY = 1000
@@ -50,8 +53,9 @@ class SyntheticBatch:
 class SyntheticStream:
     """Generates events from a fixed, seeded logistic model."""
 
-    def __init__(self, schema: SchemaConfig, cfg: SyntheticConfig) -> None:
+    def __init__(self, schema: SchemaConfig, cfg: SyntheticConfig, id_prefix: str = "imp") -> None:
         self._schema = schema
+        self._id_prefix = id_prefix
         self._cfg = cfg
         model_rng = np.random.default_rng(cfg.seed)
         self._card = {
@@ -122,7 +126,7 @@ class SyntheticStream:
         click_times = np.where(labels == 1, times + delays, -1)
         events = [
             {
-                "event_id": f"imp-{self._cfg.seed}-{self._emitted + i}",
+                "event_id": f"{self._id_prefix}-{self._cfg.seed}-{self._emitted + i}",
                 "event_time": int(times[i]),
                 "sparse": {s.name: columns[s.name][i] for s in self._schema.sparse},
                 "dense": {
@@ -134,3 +138,20 @@ class SyntheticStream:
         ]
         self._emitted += n
         return SyntheticBatch(events, probs, labels, click_times)
+
+
+def best_auc_path(data_root: Path) -> Path:
+    """Where synthetic producers record each pass's best reachable AUC (for reports)."""
+    return Path(data_root) / "synthetic" / "best_auc.json"
+
+
+def read_best_auc(data_root: Path) -> dict[str, float]:
+    """Pass id -> best reachable AUC of the synthetic stream, where a producer recorded it."""
+    path = best_auc_path(data_root)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def record_best_auc(data_root: Path, best: dict[str, float]) -> None:
+    """Merge ``best`` (pass id -> AUC) into the record; one producer writes at a time."""
+    merged = {**read_best_auc(data_root), **best}
+    write_text_atomic(best_auc_path(data_root), json.dumps(merged, sort_keys=True))

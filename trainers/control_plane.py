@@ -108,7 +108,7 @@ class ClusterClient:
                 if time.monotonic() - no_worker_since > grace:
                     raise ClusterUnavailable(
                         f"no trainer worker has sent a heartbeat for {grace:.0f}s; "
-                        "is the cluster running? (streamrec-cluster --config ...)"
+                        "is the cluster running? (streamrec cluster --config ...)"
                     )
             time.sleep(0.2)
         raise CommandTimeout(f"command {command_id} did not finish within the timeout")

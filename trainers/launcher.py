@@ -1,6 +1,6 @@
 """Start the long-lived parameter-server cluster on this machine with fleetrun, and stop it.
 
-    streamrec-cluster --config configs/pipeline.yaml      # runs (and heals) until Ctrl-C
+    streamrec cluster --config configs/pipeline.yaml      # runs (and heals) until Ctrl-C
 
 fleetrun gets explicit loopback endpoints (free ports), so a cluster never collides with
 another one, and ``PADDLE_WITH_GLOO=1`` so ``fleet.util`` collectives (metrics, barriers)
@@ -198,7 +198,9 @@ class LocalCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Run the parameter-server cluster until Ctrl-C.")
+    parser = argparse.ArgumentParser(
+        prog="streamrec cluster", description="Run the parameter-server cluster until Ctrl-C."
+    )
     parser.add_argument(
         "--config", required=True, type=Path, help="pipeline YAML with real addresses"
     )

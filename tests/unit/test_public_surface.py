@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-PACKAGES = ["streamrec", "streaming", "trainers", "serving_export"]
+PACKAGES = ["streamrec", "streaming", "trainers", "serving_export", "ops"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -21,7 +21,7 @@ def test_all_names_exist(name: str) -> None:
 
 def test_importing_packages_does_not_import_paddle_or_airflow() -> None:
     code = (
-        "import sys, streamrec, streaming, trainers, serving_export;"
+        "import sys, streamrec, streaming, trainers, serving_export, ops;"
         "heavy = [m for m in ('paddle', 'airflow') if m in sys.modules];"
         "assert not heavy, heavy"
     )
@@ -39,15 +39,18 @@ assert not bad, bad
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("streamrec", ("streaming", "trainers", "serving_export", "dags", "demo")),
-        ("streamrec.local_services", ("streaming", "trainers", "serving_export")),
-        ("streaming", ("trainers", "serving_export", "dags", "demo")),
-        ("trainers", ("serving_export", "dags", "demo")),
-        ("serving_export", ("dags", "demo")),
+        ("streamrec", ("streaming", "trainers", "serving_export", "ops", "dags", "demo")),
+        ("streamrec.local_services", ("streaming", "trainers", "serving_export", "ops")),
+        ("streaming", ("trainers", "serving_export", "ops", "dags", "demo")),
+        ("trainers", ("serving_export", "ops", "dags", "demo")),
+        ("serving_export", ("ops", "dags", "demo")),
+        ("ops.cli", ("paddle", "airflow", "dags", "demo")),
+        ("ops.retention", ("paddle", "dags", "demo")),
     ],
 )
 def test_stage_imports_flow_one_way(module: str, forbidden: tuple[str, ...]) -> None:
-    """A stage imports only earlier stages and the core; the core imports no stage."""
+    """A stage imports only earlier stages and the core; the core imports no stage; the
+    operator CLI starts without paddle or Airflow."""
     code = _PROBE.format(module=module, forbidden=forbidden)
     probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert probe.returncode == 0, probe.stderr

@@ -1,0 +1,155 @@
+"""Airflow's real services on this machine: api-server, scheduler and dag-processor.
+
+The live mode and the scheduler integration test run Airflow exactly as a deployment does,
+as separate ``airflow`` processes (LocalExecutor, sqlite under ``<work_root>/airflow``),
+not ``dag.test()``. Tasks reach the api-server's execution API; every process shares one
+JWT secret. The UI login is written to the simple auth manager's password file, so it can
+be printed. ``docker-compose.yml`` runs the same services on Postgres.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streamrec.errors import ServiceError
+from streamrec.local_services import free_port
+
+log = logging.getLogger(__name__)
+
+REPO_DAGS = Path(__file__).resolve().parent.parent / "dags"
+COMPONENTS = ("api-server", "scheduler", "dag-processor")
+USER = "admin"
+
+
+def airflow_path() -> str:
+    """The ``airflow`` next to this Python."""
+    path = Path(sys.executable).with_name("airflow")
+    if not path.exists():
+        raise ServiceError("airflow is not installed here: pip install 'streamrec[airflow]'")
+    return str(path)
+
+
+@dataclass
+class LocalAirflow:
+    """Airflow's services for one pipeline config, started and stopped as processes."""
+
+    home: Path
+    config_path: Path
+    port: int = field(default_factory=free_port)
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(9))
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment every Airflow process (and so every task) runs with."""
+        secret_file = self.home / "jwt_secret"
+        if not secret_file.exists():
+            secret_file.parent.mkdir(parents=True, exist_ok=True)
+            secret_file.write_text(secrets.token_hex(32))
+        return {
+            **os.environ,
+            "AIRFLOW_HOME": str(self.home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
+            "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__BASE_URL": self.url,
+            "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+            "STREAMREC_CONFIG": str(self.config_path),
+        }
+
+    def migrate(self) -> None:
+        """Create or upgrade the metadata database; write the UI login."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "passwords.json").write_text(json.dumps({USER: self.password}))
+        out = subprocess.run(
+            [airflow_path(), "db", "migrate"],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if out.returncode:
+            raise ServiceError(f"airflow db migrate failed:\n{out.stderr[-2000:]}")
+
+    def start(self, component: str) -> None:
+        """Start one service (``api-server``, ``scheduler`` or ``dag-processor``)."""
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{component}.out", "ab") as out:
+            self.procs[component] = subprocess.Popen(
+                [airflow_path(), component],
+                env=self.env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=self.home,
+            )
+        log.info("airflow %s started (pid %d)", component, self.procs[component].pid)
+
+    def start_all(self, timeout_s: float = 120) -> None:
+        """Migrate, start every service and wait until the api-server answers."""
+        self.migrate()
+        for component in COMPONENTS:
+            self.start(component)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() is not None:
+                    raise ServiceError(
+                        f"airflow {name} exited with {proc.returncode}; see "
+                        f"{self.home / 'logs' / (name + '.out')}"
+                    )
+            try:
+                with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2):
+                    return
+            except OSError:
+                time.sleep(1)
+        raise ServiceError(f"the airflow api-server did not answer on {self.url}")
+
+    def stop(self, component: str, timeout_s: float = 60) -> None:
+        """SIGTERM one service (what systemd and compose send), SIGKILL if it lingers."""
+        proc = self.procs.pop(component, None)
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop_all(self, timeout_s: float = 30) -> None:
+        """Stop the scheduler first: it waits for running tasks, which report to the
+        api-server, so that goes last."""
+        for component in reversed(COMPONENTS):
+            self.stop(component, timeout_s)
+
+    def __enter__(self) -> LocalAirflow:
+        self.start_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()

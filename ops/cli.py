@@ -1,0 +1,190 @@
+"""``streamrec``: the operator CLI, one subcommand per thing an operator does.
+
+    streamrec demo [--live]                       the local demo (or a live one with Airflow)
+    streamrec produce --config C --synthetic|--live|--file F
+    streamrec build-passes --config C             Kafka -> passes, until Ctrl-C
+    streamrec cluster --config C                  the PS cluster, until Ctrl-C
+    streamrec predict --config C --events F       score events with the serving model
+    streamrec status --config C [--json]          recent passes, flags untrained ones
+    streamrec report --config C --out report.html one self-contained HTML page
+    streamrec deliver --config C --version V      make a published version serve
+    streamrec rollback --config C [--version V]   serve an older version again
+    streamrec retention --config C [--dry-run]    delete what retention allows
+
+Exit codes: 0 ok; 1 failed; 2 bad configuration or arguments; 3 a service (Kafka, Redis,
+the cluster) cannot be reached; 4 data breaks its contract; 5 ``status``: a complete pass is
+left untrained.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+
+from streamrec.config import EMBEDDED, PipelineConfig, load_config
+from streamrec.errors import ConfigError, ServiceError, StreamrecError
+from streamrec.logs import setup_logging
+
+ATTENTION = 5
+
+
+def _delegate(module: str) -> Callable[[list[str]], int]:
+    """A subcommand that is a stage's own CLI (its ``main(argv)``), imported only when run."""
+
+    def run(argv: list[str]) -> int:
+        from importlib import import_module
+
+        return import_module(module).main(argv)
+
+    return run
+
+
+DELEGATED = {
+    "demo": ("demo.__main__", "run the whole loop locally (--live: with Airflow, until Ctrl-C)"),
+    "produce": ("streaming.producer", "push events to Kafka: a file, synthetic or live"),
+    "build-passes": ("streaming.pass_builder", "cut Kafka topics into passes, until Ctrl-C"),
+    "cluster": ("trainers.launcher", "run the parameter-server cluster, until Ctrl-C"),
+    "predict": ("serving_export.predictor", "score a file of events with the serving model"),
+}
+
+
+def _config(path: Path) -> PipelineConfig:
+    cfg = load_config(path)
+    if cfg.redis.url == EMBEDDED:
+        raise ConfigError(f"{path}: redis.url is 'embedded': give the running Redis's address")
+    return cfg
+
+
+def _status(args: argparse.Namespace) -> int:
+    from ops.status import format_table, needs_attention, recent_passes, serving_summary
+
+    cfg = _config(args.config)
+    rows = recent_passes(cfg, args.limit)
+    serving = serving_summary(cfg)
+    if args.json:
+        print(json.dumps({"serving": serving, "passes": [r.to_dict() for r in rows]}, indent=2))
+    else:
+        print(format_table(rows))
+        age = serving["age_seconds"]
+        print(
+            f"\nserving: {serving['version'] or 'nothing yet'}"
+            + (f" (data {age:.0f} s old)" if age is not None else "")
+        )
+    return ATTENTION if needs_attention(rows) else 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from ops.report import render
+    from ops.status import format_table, recent_passes
+    from streamrec.atomic_fs import write_text_atomic
+
+    cfg = _config(args.config)
+    rows = recent_passes(cfg, args.limit)
+    write_text_atomic(args.out.resolve(), render(cfg.name, rows, format_table(rows)))
+    print(f"wrote {args.out} ({len(rows)} passes)")
+    return 0
+
+
+def _deliver(args: argparse.Namespace) -> int:
+    from serving_export.delivery import deliver, registry_for
+
+    cfg = _config(args.config)
+    result = deliver(cfg, args.version)
+    serving = registry_for(cfg).serving_version()
+    print(json.dumps({**result, "serving": serving}))
+    if serving != args.version:
+        print(
+            f"error: {serving} is newer and serves; use 'streamrec rollback' to go back",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from serving_export.delivery import registry_for
+
+    registry = registry_for(_config(args.config))
+    version = args.version
+    if version is None:
+        serving = registry.serving_version()
+        older = [v for v in registry.versions() if serving is not None and v < serving]
+        if not older:
+            print(
+                f"error: no registered version older than the serving one ({serving})",
+                file=sys.stderr,
+            )
+            return 1
+        version = older[-1]
+    previous, switched = registry.rollback(version)
+    print(json.dumps({"version": version, "previous": previous, "switched": switched}))
+    return 0
+
+
+def _retention(args: argparse.Namespace) -> int:
+    from ops.retention import apply
+
+    result = apply(_config(args.config), dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    verb = "would delete" if result.dry_run else "deleted"
+    for d in result.deletions:
+        print(f"{verb} {d.kind:<10} {d.target}  ({d.reason})")
+    print(f"{verb}: {result.counts() or 'nothing'}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamrec", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, help_) in DELEGATED.items():
+        sub.add_parser(name, help=help_, add_help=False)
+
+    def command(name: str, help_: str, run: Callable[[argparse.Namespace], int]):
+        p = sub.add_parser(name, help=help_, description=help_)
+        p.add_argument("--config", required=True, type=Path, help="pipeline YAML")
+        p.set_defaults(run=run)
+        return p
+
+    p = command("status", "recent passes: data, metrics, saves, delivery, freshness", _status)
+    p.add_argument("--limit", type=int, default=20, help="passes shown (newest)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = command("report", "write one self-contained HTML page with plots", _report)
+    p.add_argument("--out", type=Path, default=Path("streamrec-report.html"), help="HTML file")
+    p.add_argument("--limit", type=int, default=200, help="passes plotted (newest)")
+    p = command("deliver", "make a published version the serving one (forward only)", _deliver)
+    p.add_argument("--version", required=True, help="version (pass id) to serve")
+    p = command("rollback", "serve an older registered version again", _rollback)
+    p.add_argument("--version", help="version to serve (default: the one before the serving)")
+    p = command("retention", "delete old passes, slices, saves, artifacts, Redis keys", _retention)
+    p.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in DELEGATED:
+        return _delegate(DELEGATED[argv[0]][0])(argv[1:])
+    args = _parser().parse_args(argv)
+    setup_logging()
+    try:
+        return args.run(args)
+    except redis.RedisError as e:
+        err: StreamrecError = ServiceError(f"Redis: {e}")
+    except StreamrecError as e:
+        err = e
+    print(f"error: {err}", file=sys.stderr)
+    return err.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

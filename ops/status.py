@@ -1,0 +1,193 @@
+"""The state of recent passes, from what the stages left behind: one row per pass.
+
+Sources, each read where its owner writes it: pass manifests (rows, late and unmatched
+clicks, dead letters, when the pass became complete), the per-pass status hash in Redis
+(progressive metrics, train time, save kind, table keys, gate, delivery), the model
+registry (what serves now) and the synthetic producer's best reachable AUC, where known.
+
+``freshness`` of a delivered pass is the time it became the serving model minus its window
+end; ``latency`` is training start minus pass completion (the scheduling delay).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from serving_export.delivery import registry_for
+from streaming.synthetic import read_best_auc
+from streamrec.config import PipelineConfig
+from streamrec.errors import ContractError
+from streamrec.passes import complete_passes, pass_dir, read_manifest, window_ms
+from streamrec.redis_keys import RedisKeys
+from trainers.control_plane import connect
+
+
+@dataclass(frozen=True)
+class PassRow:
+    """Everything known about one pass; None where a stage has not reached it."""
+
+    pass_id: str
+    window_end: float  # epoch seconds
+    complete: bool
+    completed_at: float | None = None
+    rows: int | None = None
+    late: int | None = None
+    late_clicks: int | None = None
+    unmatched_clicks: int | None = None
+    dead_letters: int | None = None
+    trained: bool = False
+    auc: float | None = None
+    best_auc: float | None = None
+    logloss: float | None = None
+    copc: float | None = None
+    train_seconds: float | None = None
+    latency_seconds: float | None = None
+    save_kind: str | None = None
+    table_keys: int | None = None
+    gate: str | None = None  # pass | reject
+    delivered: str | None = None  # the version this pass delivered
+    freshness_seconds: float | None = None
+    flag: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _row(
+    cfg: PipelineConfig, pass_id: str, status: dict[str, Any], best: dict[str, float]
+) -> PassRow:
+    fields: dict[str, Any] = {}
+    directory = pass_dir(cfg.paths.data_root, pass_id)
+    try:
+        manifest = read_manifest(directory)
+    except ContractError:
+        manifest = None
+    if manifest is not None:
+        c = manifest.counts
+        fields |= {
+            "completed_at": _epoch(manifest.created_at),
+            "rows": manifest.rows,
+            "late": c.late,
+            "late_clicks": c.late_clicks,
+            "unmatched_clicks": c.unmatched_clicks,
+            "dead_letters": c.malformed_total,
+        }
+    train = status.get("train")
+    if train:
+        test, checkpoint = train.get("test", {}), train.get("checkpoint", {})
+        started = train.get("started_at")
+        fields |= {
+            "trained": True,
+            "auc": test.get("auc"),
+            "logloss": test.get("logloss"),
+            "copc": test.get("copc"),
+            "train_seconds": sum(train.get("seconds", {}).values()) or None,
+            "save_kind": checkpoint.get("kind"),
+            "table_keys": checkpoint.get("table_keys"),
+        }
+        if started and fields.get("completed_at"):
+            fields["latency_seconds"] = started - fields["completed_at"]
+    end = window_ms(pass_id, cfg.passes.pass_minutes)[1] / 1000
+    if gate := status.get("gate"):
+        fields["gate"] = "pass" if gate["passed"] else "reject"
+    if (delivered := status.get("delivered")) and delivered.get("at"):
+        fields["delivered"] = delivered["version"]
+        fields["freshness_seconds"] = delivered["at"] - end
+    return PassRow(
+        pass_id=pass_id,
+        window_end=end,
+        complete=manifest is not None,
+        best_auc=best.get(pass_id),
+        **fields,
+    )
+
+
+def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None) -> list[PassRow]:
+    """The newest ``limit`` passes known on disk or in Redis, oldest first; a complete pass
+    that is not trained is flagged, and marked stale once it has waited two windows."""
+    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    prefix = keys.pass_status("")
+    known = set(complete_passes(cfg.paths.data_root))
+    known |= {k[len(prefix) :] for k in r.scan_iter(keys.pass_status("*"))}
+    ids = sorted(known)[-limit:]
+    pipe = r.pipeline(transaction=False)
+    for pass_id in ids:
+        pipe.hgetall(keys.pass_status(pass_id))
+    statuses = [{k: json.loads(v) for k, v in raw.items()} for raw in pipe.execute()]
+    best = read_best_auc(cfg.paths.data_root)
+    rows = [_row(cfg, p, s, best) for p, s in zip(ids, statuses, strict=True)]
+    return flag_untrained(rows, cfg.passes.pass_minutes, time.time() if now is None else now)
+
+
+def flag_untrained(rows: list[PassRow], pass_minutes: int, now: float) -> list[PassRow]:
+    """Flag each complete pass that is not trained: ``stale`` once it has waited two windows
+    or a newer pass is trained (it was skipped), else ``not trained yet``."""
+    newest_trained = max((row.pass_id for row in rows if row.trained), default="")
+    flagged = []
+    for row in rows:
+        if row.complete and not row.trained:
+            waited = now - (row.completed_at or now)
+            stale = row.pass_id < newest_trained or waited > 2 * pass_minutes * 60
+            row = replace(row, flag="NOT TRAINED (stale)" if stale else "not trained yet")
+        flagged.append(row)
+    return flagged
+
+
+def needs_attention(rows: list[PassRow]) -> bool:
+    """A complete pass left untrained past its time (or behind a newer trained pass)."""
+    return any("stale" in row.flag for row in rows)
+
+
+def serving_summary(cfg: PipelineConfig, now: float | None = None) -> dict[str, Any]:
+    """The serving version and how old its data is (now minus its window end)."""
+    version = registry_for(cfg).serving_version()
+    now = time.time() if now is None else now
+    if version is None:
+        return {"version": None, "age_seconds": None}
+    end = window_ms(version, cfg.passes.pass_minutes)[1] / 1000
+    return {"version": version, "age_seconds": now - end}
+
+
+_COLUMNS = [  # (title, attribute, width, format)
+    ("pass", "pass_id", 12, "{}"),
+    ("rows", "rows", 7, "{}"),
+    ("late", "late", 5, "{}"),
+    ("late clk", "late_clicks", 8, "{}"),
+    ("unmatched", "unmatched_clicks", 9, "{}"),
+    ("DLQ", "dead_letters", 4, "{}"),
+    ("AUC", "auc", 6, "{:.4f}"),
+    ("best", "best_auc", 6, "{:.4f}"),
+    ("COPC", "copc", 5, "{:.3f}"),
+    ("train s", "train_seconds", 7, "{:.1f}"),
+    ("latency s", "latency_seconds", 9, "{:.1f}"),
+    ("save", "save_kind", 5, "{}"),
+    ("keys", "table_keys", 7, "{}"),
+    ("gate", "gate", 6, "{}"),
+    ("delivered", "delivered", 12, "{}"),
+    ("fresh s", "freshness_seconds", 7, "{:.1f}"),
+    ("", "flag", 0, "{}"),
+]
+
+
+def format_table(rows: list[PassRow]) -> str:
+    """The rows as a fixed-width table, '-' where a stage has not reached the pass."""
+
+    def cell(row: PassRow, attr: str, width: int, fmt: str) -> str:
+        value = getattr(row, attr)
+        if not width:  # the flag, last and unpadded
+            return str(value)
+        text = "-" if value is None or value == "" else fmt.format(value)
+        return f"{text:>{width}}" if width else text
+
+    header = " ".join(f"{title:>{width}}" for title, _, width, _ in _COLUMNS).rstrip()
+    lines = [header, "-" * len(header)]
+    lines += [" ".join(cell(r, a, w, f) for _, a, w, f in _COLUMNS).rstrip() for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""The operator CLI as a user runs it (a subprocess): every subcommand has --help, and the
+exit codes scripts rely on: 2 for a bad config (naming the key), 3 for a service that is
+not there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ops.cli import DELEGATED
+from streamrec.local_services import free_port
+
+CLI = str(Path(sys.executable).with_name("streamrec"))
+OWN = ["status", "report", "deliver", "rollback", "retention"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", [*DELEGATED, *OWN])
+def test_every_subcommand_has_help(command: str) -> None:
+    out = _run(command, "--help")
+    assert out.returncode == 0, out.stderr
+    assert f"streamrec {command}" in out.stdout and "--config" in out.stdout
+
+
+def test_top_level_help_lists_every_subcommand_and_the_exit_codes() -> None:
+    out = _run("--help")
+    assert out.returncode == 0
+    assert all(c in out.stdout for c in [*DELEGATED, *OWN])
+    assert "Exit codes" in out.stdout
+
+
+def _config(repo: Path, tmp_path: Path, **changes: object) -> Path:
+    raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
+    raw["schema"] = str(repo / "configs" / "schema.yaml")
+    raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    raw["paths"] = {k: str(tmp_path / k) for k in raw["paths"]}
+    raw.update(changes)
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_bad_config_exits_2_naming_the_key(repo: Path, tmp_path: Path) -> None:
+    config = _config(repo, tmp_path, retention={"passes_days": -1})
+    out = _run("status", "--config", str(config))
+    assert out.returncode == 2
+    assert "retention.passes_days" in out.stderr
+
+
+def test_unreachable_redis_exits_3(repo: Path, tmp_path: Path) -> None:
+    config = _config(repo, tmp_path, redis={"url": f"redis://127.0.0.1:{free_port()}/0"})
+    for command in (["status"], ["retention", "--dry-run"], ["rollback"]):
+        out = _run(*command, "--config", str(config))
+        assert out.returncode == 3, (command, out.stderr)
+        assert "Redis" in out.stderr

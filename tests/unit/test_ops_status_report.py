@@ -1,0 +1,92 @@
+"""Status flags and the HTML report, on rows made here (no services)."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+from ops.report import PLOTS, render
+from ops.status import PassRow, flag_untrained, format_table, needs_attention
+
+
+def _row(pass_id: str, **fields) -> PassRow:
+    return PassRow(pass_id=pass_id, window_end=0.0, complete=True, **fields)
+
+
+def _trained(pass_id: str, auc: float, **fields) -> PassRow:
+    return _row(
+        pass_id,
+        trained=True,
+        auc=auc,
+        best_auc=0.83,
+        logloss=0.5,
+        copc=1.0,
+        rows=1000,
+        table_keys=100,
+        **fields,
+    )
+
+
+def test_untrained_pass_is_flagged_stale_behind_a_trained_one_or_after_two_windows() -> None:
+    rows = [
+        _trained("202601010000", 0.7),
+        _row("202601010001", completed_at=1000.0),  # skipped: a newer pass is trained
+        _trained("202601010002", 0.75),
+        _row("202601010003", completed_at=1000.0),  # the newest, waiting
+    ]
+    fresh = flag_untrained(rows, pass_minutes=1, now=1010.0)
+    assert [r.flag for r in fresh] == ["", "NOT TRAINED (stale)", "", "not trained yet"]
+    late = flag_untrained(rows, pass_minutes=1, now=1000.0 + 121)
+    assert late[3].flag == "NOT TRAINED (stale)"
+    assert needs_attention(fresh) and needs_attention(late)
+    assert not needs_attention(flag_untrained(rows[:1], pass_minutes=1, now=1010.0))
+
+
+def test_table_shows_dashes_where_a_stage_has_not_reached_the_pass() -> None:
+    table = format_table(
+        flag_untrained([_trained("202601010000", 0.7), _row("202601010001")], 1, 0.0)
+    )
+    lines = table.splitlines()
+    assert lines[0].split()[:3] == ["pass", "rows", "late"]
+    assert "0.7000" in lines[2] and lines[3].split()[1] == "-"
+    assert lines[3].endswith("not trained yet")
+
+
+class _Points(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.per_plot: list[dict[str, list[str]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if tag == "svg":
+            self.per_plot.append({})
+        elif tag == "circle" and a.get("class") == "point":
+            self.per_plot[-1].setdefault(a["data-series"], []).append(a["cx"])
+
+
+def test_report_has_one_point_per_pass_in_each_plot() -> None:
+    rows = [
+        _trained(f"2026010100{i:02d}", 0.6 + i / 100, freshness_seconds=30.0 + i) for i in range(5)
+    ]
+    page = render("demo", rows, format_table(rows))
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page
+    assert not re.search(r"(src|href)=\"https?:", page)  # self-contained
+    parser = _Points()
+    parser.feed(page)
+    assert len(parser.per_plot) == len(PLOTS)
+    for plot, points in zip(PLOTS, parser.per_plot, strict=True):
+        assert set(points) == {s.label for s in plot.series}, plot.title
+        for xs in points.values():
+            assert len(xs) == len(rows) and len(set(xs)) == len(rows), plot.title
+
+
+def test_report_leaves_out_figures_a_pass_does_not_have() -> None:
+    rows = [_trained("202601010000", 0.7), _row("202601010001")]
+    parser = _Points()
+    parser.feed(render("demo", rows, format_table(rows)))
+    auc = parser.per_plot[0]
+    assert len(auc["AUC"]) == 1 and len(auc["best reachable"]) == 1
+    assert "Freshness" in render("demo", rows, "") and "no pass has this figure" in render(
+        "demo", rows, ""
+    )
