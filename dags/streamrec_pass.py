@@ -18,6 +18,9 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | `export` | `ClusterClient.export`, `delivery.publish` | a verified artifact; skipped on reject |
 | `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
 
+A manual run (a trigger in the UI, `airflow dags test <date>`) covers the window that
+*ends* at its date, as Airflow infers manual data intervals: the last complete window.
+
 Every step is idempotent per pass (a retry or a re-run does not train twice), so tasks
 retry freely, with exponential backoff (`schedule.task_retries`). The pipeline config comes
 from `STREAMREC_CONFIG` and is read when the file is parsed: the schedule depends on it.

@@ -21,20 +21,16 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-import numpy as np
-
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from streaming.pass_builder import PassBuilder
-from streaming.producer import produce_synthetic
-from streaming.synthetic import SyntheticBatch
+from streaming.producer import best_auc, produce_synthetic
 from streamrec.config import PipelineConfig, dump_config, load_config, with_services
 from streamrec.errors import StreamrecError
 from streamrec.local_services import local_services
 from streamrec.logs import setup_logging
 from streamrec.passes import is_complete, pass_dir
 from trainers.launcher import LocalCluster
-from trainers.metrics import exact_auc
 
 log = logging.getLogger("demo")
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pipeline.yaml"
@@ -46,13 +42,6 @@ def _wait_for_pass(cfg: PipelineConfig, pass_id: str, timeout_s: float = 300) ->
         if time.monotonic() > deadline:
             raise StreamrecError(f"pass {pass_id} did not appear within {timeout_s:.0f}s")
         time.sleep(0.2)
-
-
-def _observed_labels(cfg: PipelineConfig, batch: SyntheticBatch) -> np.ndarray:
-    """Labels as the pipeline sees them: clicks inside the label window in click_join mode."""
-    if cfg.join.mode == "click_join":
-        return batch.labels_within(cfg.join.label_window_seconds * 1000)
-    return batch.labels
 
 
 def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
@@ -100,7 +89,7 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
                     "table keys": trained["checkpoint"]["table_keys"],
                     "save": trained["checkpoint"]["kind"],
                     "AUC": trained["test"]["auc"],
-                    "best AUC": exact_auc(b.probabilities, _observed_labels(cfg, b)),
+                    "best AUC": best_auc(cfg, b),
                     "train AUC": trained["train"]["auc"],
                     "logloss": trained["test"]["logloss"],
                     "COPC": trained["test"]["copc"],

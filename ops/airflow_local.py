@@ -47,6 +47,7 @@ class LocalAirflow:
     config_path: Path
     port: int = field(default_factory=free_port)
     password: str = field(default_factory=lambda: secrets.token_urlsafe(9))
+    log_port: int = field(default_factory=free_port)  # the scheduler's task-log server
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
@@ -74,6 +75,7 @@ class LocalAirflow:
             "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self.log_port),
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",

@@ -71,11 +71,7 @@ def send_messages(
     sent = 0
     start = time.monotonic()
     for topic, event in messages:
-        if isinstance(event, bytes):
-            producer.send(topic, value=event)
-        else:
-            key = str(event.get("event_id", "")).encode()
-            producer.send(topic, value=json.dumps(event).encode(), key=key)
+        _send(producer, topic, event)
         sent += 1
         if rate:
             ahead = sent / rate - (time.monotonic() - start)
@@ -126,17 +122,22 @@ def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
     return [(topic, event) for _, topic, event in timed]
 
 
+def ensure_event_topics(cfg: PipelineConfig) -> None:
+    """Create the impressions topic, and the clicks topic in ``click_join`` mode."""
+    topics = [cfg.kafka.impressions_topic]
+    if cfg.join.mode == "click_join":
+        topics.append(cfg.join.clicks_topic)
+    for topic in topics:
+        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
+
+
 def produce_synthetic(
     cfg: PipelineConfig, first_pass_id: str, passes: int
 ) -> dict[str, SyntheticBatch]:
     """Create the config's topics (clicks too in ``click_join`` mode) and send ``passes``
     synthetic passes from ``first_pass_id`` to them, plus the tail that closes the last;
     the batches by pass id."""
-    topics = [cfg.kafka.impressions_topic]
-    if cfg.join.mode == "click_join":
-        topics.append(cfg.join.clicks_topic)
-    for topic in topics:
-        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
+    ensure_event_topics(cfg)
     producer = make_producer(cfg.kafka.bootstrap_servers)
     try:
         batches = dict(synthetic_passes(cfg, first_pass_id, passes))
@@ -171,17 +172,14 @@ def produce_live(
     """A live synthetic stream until ``stop`` is set: impressions timed now, ``rate`` per
     second, each click sent when its time comes; each closed window's best reachable AUC is
     recorded for reports. Returns the impressions sent."""
-    topics = [cfg.kafka.impressions_topic]
-    if cfg.join.mode == "click_join":
-        topics.append(cfg.join.clicks_topic)
-    for topic in topics:
-        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
+    ensure_event_topics(cfg)
     # A run-specific id prefix: a restarted live producer must not reuse event ids.
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic, id_prefix=f"live{int(time.time())}")
     producer = make_producer(cfg.kafka.bootstrap_servers)
     clicks: list[tuple[int, int, dict[str, Any]]] = []  # (click_time, seq, click) heap
     windows: dict[str, list[SyntheticBatch]] = {}
     label_ms = cfg.join.label_window_seconds * 1000 if cfg.join.mode == "click_join" else 0
+    arrivals = np.random.default_rng(cfg.synthetic.seed + 2)  # Poisson arrivals per tick
     sent = seq = 0
     last_ms = int(time.time() * 1000)
     started = next_report = time.monotonic()
@@ -192,7 +190,7 @@ def produce_live(
                 compose_pass_id(last_ms, cfg.passes.pass_minutes), cfg.passes.pass_minutes
             )[1]
             now_ms = min(int(time.time() * 1000), boundary)
-            n = int(np.random.default_rng(now_ms).poisson(rate * (now_ms - last_ms) / 1000))
+            n = int(arrivals.poisson(rate * (now_ms - last_ms) / 1000))
             if n:
                 batch = stream.batch(last_ms, now_ms, n)
                 windows.setdefault(compose_pass_id(last_ms, cfg.passes.pass_minutes), []).append(
@@ -200,16 +198,13 @@ def produce_live(
                 )
                 for topic, event in messages_for(cfg, batch):
                     if topic == cfg.kafka.impressions_topic:
-                        producer.send(topic, value=json.dumps(event).encode(), key=_key(event))
+                        _send(producer, topic, event)
                     else:
                         seq += 1
                         heapq.heappush(clicks, (event["click_time"], seq, event))
                 sent += n
             while clicks and clicks[0][0] <= now_ms:
-                click = heapq.heappop(clicks)[2]
-                producer.send(
-                    cfg.join.clicks_topic, value=json.dumps(click).encode(), key=_key(click)
-                )
+                _send(producer, cfg.join.clicks_topic, heapq.heappop(clicks)[2])
             last_ms = now_ms
             closed = [
                 p for p in windows if window_ms(p, cfg.passes.pass_minutes)[1] + label_ms < now_ms
@@ -233,8 +228,13 @@ def produce_live(
     return sent
 
 
-def _key(event: dict[str, Any]) -> bytes:
-    return str(event["event_id"]).encode()
+def _send(producer: KafkaProducer, topic: str, event: dict[str, Any] | bytes) -> None:
+    """One message: raw bytes as they are, an event as JSON keyed by its event id."""
+    if isinstance(event, bytes):
+        producer.send(topic, value=event)
+    else:
+        key = str(event.get("event_id", "")).encode()
+        producer.send(topic, value=json.dumps(event).encode(), key=key)
 
 
 def _concat(batches: list[SyntheticBatch]) -> SyntheticBatch:
@@ -316,11 +316,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("kafka.bootstrap_servers is 'embedded': give a real broker address")
         if args.live:
             return _live(cfg, args.rate or 100.0, args.duration)
-        servers = cfg.kafka.bootstrap_servers
-        ensure_topic(servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
-        if cfg.join.mode == "click_join":
-            ensure_topic(servers, cfg.join.clicks_topic, cfg.kafka.partitions)
-        producer = make_producer(servers)
+        ensure_event_topics(cfg)
+        producer = make_producer(cfg.kafka.bootstrap_servers)
         topic = cfg.kafka.impressions_topic
         messages: Iterable[Message]
         if args.file and args.format == "jsonl":
@@ -358,14 +355,9 @@ def _live(cfg: PipelineConfig, rate: float, duration: float | None) -> int:
 
 def _synthetic_messages(cfg: PipelineConfig, start: str, passes: int) -> Iterator[Message]:
     for pass_id, batch in synthetic_passes(cfg, start, passes):
-        labels = (
-            batch.labels_within(cfg.join.label_window_seconds * 1000)
-            if cfg.join.mode == "click_join"
-            else batch.labels
-        )
         print(
             f"pass {pass_id}: {len(batch.events)} impressions, best reachable AUC "
-            f"{exact_auc(batch.probabilities, labels):.4f}",
+            f"{best_auc(cfg, batch):.4f}",
             file=sys.stderr,
         )
         yield from messages_for(cfg, batch)

@@ -57,8 +57,12 @@ def _train_commands(stack: LiveStack) -> dict[str, list[dict[str, Any]]]:
 
 
 def _trained_in_order(stack: LiveStack) -> list[str]:
-    """Trained passes, in the order the cluster trained them (checkpoint sequence)."""
-    return [c.pass_id for c in list_checkpoints(stack.cfg.paths.checkpoint_root)]
+    """Passes whose train command is done, in the order the cluster trained them (the
+    checkpoint sequence; a checkpoint is published just before its command is done)."""
+    done = _train_commands(stack)
+    return [
+        c.pass_id for c in list_checkpoints(stack.cfg.paths.checkpoint_root) if c.pass_id in done
+    ]
 
 
 def _status(stack: LiveStack) -> tuple[int, list[PassRow], dict[str, Any]]:
