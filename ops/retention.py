@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -65,10 +66,7 @@ class RetentionResult:
     deletions: list[Deletion]
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for d in self.deletions:
-            out[d.kind] = out.get(d.kind, 0) + 1
-        return out
+        return dict(Counter(d.kind for d in self.deletions))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,10 +101,8 @@ def _passes(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime)
 
 def _slices(cfg: PipelineConfig, now: datetime):
     root, minutes = cfg.paths.data_root, cfg.passes.pass_minutes
-    partitions = sorted(
-        int(p.name[1:]) for p in slices_root(root).glob("*/*/p*") if p.name[1:].isdigit()
-    )
-    newest = [s.pass_id for p in set(partitions) if (s := latest_slice(root, p, minutes))]
+    partitions = {int(p.name[1:]) for p in slices_root(root).glob("*/*/p*") if p.name[1:].isdigit()}
+    newest = [s.pass_id for p in partitions if (s := latest_slice(root, p, minutes))]
     if not newest:
         return
     resume_from = min(newest)
