@@ -4,7 +4,7 @@ One stream of four passes is built once. An uninterrupted run trains passes 1-3 
 measures the progressive AUC of pass 4. Runs that SIGKILL the server, or a worker, in the
 middle of pass 2 restart the cluster (which restores base + deltas), finish pass 2 exactly
 once and must measure the same AUC on pass 4 (within 0.01, or within the spread of two
-uninterrupted runs when that is larger)."""
+uninterrupted runs when that is larger); so must a cluster restarted between passes."""
 
 from __future__ import annotations
 
@@ -99,6 +99,20 @@ def _assert_trained_once(cfg: PipelineConfig, run: Run, passes: list[str]) -> No
         assert not run.results[pass_id].get("already_done"), pass_id
 
 
+def _assert_auc_as_uninterrupted(
+    run: Run, uninterrupted: Run, pass_id: str, make_config, stream
+) -> None:
+    """The progressive AUC on ``pass_id`` equals the uninterrupted run's within 0.01, or
+    within the spread of a second uninterrupted run when async training varies more."""
+    after = run.results[pass_id]["test"]["auc"]
+    reference = uninterrupted.results[pass_id]["test"]["auc"]
+    if abs(after - reference) > AUC_TOLERANCE:  # is it more than run-to-run noise?
+        stream_cfg, passes = stream
+        second = _run(_fresh(make_config, stream_cfg), passes)
+        spread = abs(second.results[pass_id]["test"]["auc"] - reference)
+        assert abs(after - reference) <= max(AUC_TOLERANCE, spread), (after, reference, spread)
+
+
 @pytest.mark.parametrize("role", ["PSERVER", "TRAINER"])
 def test_sigkill_mid_pass_restores_and_trains_the_pass_once(
     stream, make_config, uninterrupted: Run, role: str
@@ -111,12 +125,7 @@ def test_sigkill_mid_pass_restores_and_trains_the_pass_once(
     # the restart restored pass 1's base and trained pass 2 on top of it, as a delta
     saves = [(i.pass_id, i.kind) for i in list_checkpoints(cfg.paths.checkpoint_root)]
     assert saves == list(zip(passes, ["base", "delta", "delta", "delta"], strict=True))
-    after = run.results[passes[3]]["test"]["auc"]
-    reference = uninterrupted.results[passes[3]]["test"]["auc"]
-    if abs(after - reference) > AUC_TOLERANCE:  # is it more than run-to-run noise?
-        second = _run(_fresh(make_config, stream_cfg), passes)
-        spread = abs(second.results[passes[3]]["test"]["auc"] - reference)
-        assert abs(after - reference) <= max(AUC_TOLERANCE, spread), (after, reference, spread)
+    _assert_auc_as_uninterrupted(run, uninterrupted, passes[3], make_config, stream)
 
 
 def test_uninterrupted_run_checkpoints_every_pass(stream, uninterrupted: Run) -> None:
@@ -164,5 +173,5 @@ def test_restart_between_passes_restores_base_and_delta(stream, make_config, uni
         cluster.restart()
         third = cluster.client.train(passes[2])
     assert third["checkpoint"]["name"] == f"{passes[2]}-delta"
-    reference = uninterrupted.results[passes[2]]["test"]["auc"]
-    assert abs(third["test"]["auc"] - reference) <= AUC_TOLERANCE, (third["test"], reference)
+    restarted = Run({passes[2]: third}, restarted=True)
+    _assert_auc_as_uninterrupted(restarted, uninterrupted, passes[2], make_config, stream)
