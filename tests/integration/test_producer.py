@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
@@ -41,3 +43,31 @@ def test_produce_from_file_and_synthetic(make_config, tmp_path: Path) -> None:
     ids = [e["event_id"] for e in events]
     assert len(ids) == len(set(ids)) == 5 + 2 * 200 + 10  # file + two passes + the closing tail
     assert {f"f{i}" for i in range(5)} <= set(ids)
+
+
+def test_live_stream_is_timed_now_and_stops_on_sigterm(make_config, tmp_path: Path) -> None:
+    """`streamrec produce --live`: impressions timed as they are sent, clicks after their
+    impressions, and SIGTERM (a service manager's stop) flushes and exits 0."""
+    cfg = make_config()
+    path = dump_config(cfg, tmp_path / "cfg.yaml")
+    cli = str(Path(sys.executable).with_name("streamrec"))
+    started_ms = time.time() * 1000
+    proc = subprocess.Popen(
+        [cli, "produce", "--config", str(path), "--live", "--rate", "200"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(6)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, proc.stderr.read()[-2000:]
+    stopped_ms = time.time() * 1000
+    impressions = _read_all(
+        cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions
+    )
+    clicks = _read_all(cfg.kafka.bootstrap_servers, cfg.join.clicks_topic, cfg.kafka.partitions)
+    assert len(impressions) > 200  # ~200/s for a few seconds, after the topics exist
+    assert all(started_ms <= e["event_time"] <= stopped_ms for e in impressions)
+    assert all("label" not in e for e in impressions)  # click_join: labels come from clicks
+    times = {e["event_id"]: e["event_time"] for e in impressions}
+    assert clicks and all(c["click_time"] >= times[c["event_id"]] for c in clicks)
+    assert all(c["click_time"] <= stopped_ms for c in clicks)  # sent when they happened
