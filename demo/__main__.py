@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from demo.services import on_local_services
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from streaming.pass_builder import PassBuilder
 from streaming.producer import best_auc, produce_synthetic
-from streamrec.config import PipelineConfig, dump_config, load_config, with_services
+from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.errors import StreamrecError
-from streamrec.local_services import local_services
 from streamrec.logs import setup_logging
 from streamrec.passes import is_complete, pass_dir
 from trainers.launcher import LocalCluster
@@ -48,11 +47,7 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
     """Produce, build, train, gate and deliver ``passes`` passes; one row per pass."""
     work = Path(cfg.paths.work_root)
     with ExitStack() as stack:
-        if cfg.uses_embedded_services:
-            for p in (cfg.paths.data_root, cfg.paths.checkpoint_root, cfg.paths.model_root, work):
-                shutil.rmtree(p, ignore_errors=True)
-            svc = stack.enter_context(local_services(work / "services"))
-            cfg = with_services(cfg, svc.bootstrap_servers, svc.redis_url)
+        cfg = on_local_services(cfg, stack)
         resolved = dump_config(cfg, work / "pipeline.resolved.yaml")
 
         batches = produce_synthetic(cfg, first_pass, passes)

@@ -11,19 +11,18 @@ this process, which only prints the UI address and a status table after each win
 from __future__ import annotations
 
 import logging
-import shutil
 import signal
 import threading
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
+from demo.services import on_local_services
 from ops.airflow_local import LocalAirflow
 from ops.status import format_table, recent_passes
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_live
-from streamrec.config import PipelineConfig, ScheduleConfig, dump_config, with_services
-from streamrec.local_services import local_services
+from streamrec.config import PipelineConfig, ScheduleConfig, dump_config
 from streamrec.passes import window_floor
 from trainers.launcher import LocalCluster
 
@@ -64,12 +63,7 @@ class LiveStack:
     def __init__(self, cfg: PipelineConfig, rate: float) -> None:
         self._exits = ExitStack()
         work = Path(cfg.paths.work_root)
-        if cfg.uses_embedded_services:  # a new embedded broker holds nothing to resume from
-            for p in (cfg.paths.data_root, cfg.paths.checkpoint_root, cfg.paths.model_root, work):
-                shutil.rmtree(p, ignore_errors=True)
-            svc = self._exits.enter_context(local_services(work / "services"))
-            cfg = with_services(cfg, svc.bootstrap_servers, svc.redis_url)
-        self.cfg = live_config(cfg, datetime.now(UTC))
+        self.cfg = live_config(on_local_services(cfg, self._exits), datetime.now(UTC))
         self.config_path = dump_config(self.cfg, work / "live.resolved.yaml")
         self.rate = rate
         self.stop_stream = threading.Event()

@@ -238,20 +238,16 @@ def pass_state(data_root: Path, pass_id: str) -> tuple[PassState, str]:
     directory = pass_dir(data_root, pass_id)
     if is_complete(directory):
         return "complete", f"{directory} is complete"
-    later = [p for p in complete_passes(data_root) if p > pass_id]
+    done = complete_passes(data_root)  # one scan per poke
+    later = [p for p in done if p > pass_id]
     sliced = slice_dir(data_root, pass_id, 0).parent
     if later and not sliced.exists():
         return "never", (
             f"no pass for window {pass_id} will come: pass {later[0]} after it is complete and "
             f"no partition wrote a slice of it (before the stream began, or a skipped gap)"
         )
-    newest = f"newest complete pass {later[-1] if later else _newest(data_root)}"
-    return "pending", f"waiting for {directory / SUCCESS_NAME} ({newest})"
-
-
-def _newest(data_root: Path) -> str:
-    done = complete_passes(data_root)
-    return done[-1] if done else "none yet"
+    newest = done[-1] if done else "none yet"
+    return "pending", f"waiting for {directory / SUCCESS_NAME} (newest complete pass {newest})"
 
 
 def complete_passes(data_root: Path) -> list[str]:
