@@ -31,50 +31,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from machine import hardware_line
+from pipeline import bench_config, build, section
 
-from streaming.pass_builder import PassBuilder
-from streaming.producer import produce_synthetic
-from streamrec.config import PipelineConfig, dump_config, load_config, with_services
+from streamrec.config import PipelineConfig, dump_config
 from streamrec.local_services import free_port, local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster, fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent
-FIRST = "202601010000"
-
-
-def _section(cfg: PipelineConfig, name: str, **values) -> PipelineConfig:
-    return cfg.model_copy(update={name: getattr(cfg, name).model_copy(update=values)})
-
-
-def _config(services, root: Path, name: str, events: int, **synthetic) -> PipelineConfig:
-    cfg = with_services(
-        load_config(REPO / "configs" / "pipeline.yaml"),
-        services.bootstrap_servers,
-        services.redis_url,
-    )
-    cfg = cfg.model_copy(update={"name": name})
-    cfg = _section(cfg, "join", mode="label_in_impression")
-    cfg = _section(cfg, "kafka", impressions_topic=f"impressions-{name}")
-    cfg = _section(cfg, "synthetic", events_per_pass=events, **synthetic)
-    return _section(
-        cfg,
-        "paths",
-        data_root=root / name / "data",
-        checkpoint_root=root / name / "checkpoints",
-        model_root=root / name / "models",
-        work_root=root / name / "run",
-    )
-
-
-def _build(cfg: PipelineConfig, passes: int) -> list[str]:
-    ids = list(produce_synthetic(cfg, FIRST, passes))
-    builder = PassBuilder(cfg)
-    try:
-        builder.run(until_pass=ids[passes - 1], idle_timeout_s=60)
-    finally:
-        builder.close()
-    return ids[:passes]
 
 
 def _tsv_files(cfg: PipelineConfig, pass_id: str, out: Path) -> list[str]:
@@ -150,10 +114,10 @@ def _server_memory_mib(cluster: LocalCluster, field: str) -> float:
 
 def throughput(services, root: Path, rows: int, threads: int) -> tuple[float, float]:
     """Samples/s of training one pass: (ours, reference)."""
-    cfg = _config(services, root, "throughput", rows)
+    cfg = bench_config(services, root, "throughput", rows)
     runner = cfg.model.runner.model_copy(update={"thread_num": threads})
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
-    first = _build(cfg, 1)[0]
+    first = build(cfg, 1)[0]
     n = read_manifest(pass_dir(cfg.paths.data_root, first)).rows
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     with LocalCluster(cfg, resolved) as cluster:
@@ -182,9 +146,9 @@ def throughput(services, root: Path, rows: int, threads: int) -> tuple[float, fl
 def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[float, float, int]]:
     """Servers' RSS at start and peak (MiB) and the final table keys, eviction off and on."""
     heavy = {"cardinality": {"user_id": 20_000_000, "item_id": 200_000}}
-    base = _config(services, root, "memory", events, **heavy)
-    base = _section(base, "passes", pass_minutes=360)  # four passes a logical day
-    ids = _build(base, passes)
+    base = bench_config(services, root, "memory", events, **heavy)
+    base = section(base, "passes", pass_minutes=360)  # four passes a logical day
+    ids = build(base, passes)
     figures = {}
     for label, table in (
         ("off", {}),
@@ -197,7 +161,7 @@ def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[fl
             update={"hyper_parameters": hp.model_copy(update={"sparse_table": sparse})}
         )
         cfg = cfg.model_copy(update={"model": model})
-        cfg = _section(
+        cfg = section(
             cfg, "paths", checkpoint_root=root / f"ckpt-{label}", work_root=root / f"run-{label}"
         )
         resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")

@@ -5,8 +5,10 @@
     streamrec build-passes --config C             Kafka -> passes, until Ctrl-C
     streamrec cluster --config C                  the PS cluster, until Ctrl-C
     streamrec predict --config C --events F       score events with the serving model
+    streamrec serve --config C [--port P]         the online predictor service (HTTP)
     streamrec status --config C [--json]          recent passes, flags untrained ones
     streamrec report --config C --out report.html one self-contained HTML page
+    streamrec publish --config C --raw-export D   package a raw export as a version
     streamrec deliver --config C --version V      make a published version serve
     streamrec rollback --config C [--version V]   serve an older version again
     streamrec retention --config C [--dry-run]    delete what retention allows
@@ -50,6 +52,7 @@ DELEGATED = {
     "build-passes": ("streaming.pass_builder", "cut Kafka topics into passes, until Ctrl-C"),
     "cluster": ("trainers.launcher", "run the parameter-server cluster, until Ctrl-C"),
     "predict": ("serving_export.predictor", "score a file of events with the serving model"),
+    "serve": ("serving_export.service", "the online predictor service (HTTP), until Ctrl-C"),
 }
 
 
@@ -106,10 +109,21 @@ def _deliver(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rollback(args: argparse.Namespace) -> int:
-    from serving_export.delivery import registry_for
+def _publish(args: argparse.Namespace) -> int:
+    from serving_export.delivery import publish, stored_decision
 
-    registry = registry_for(_config(args.config))
+    cfg = _config(args.config)
+    spec = json.loads((args.raw_export / "export_spec.json").read_text())
+    manifest = publish(cfg, args.raw_export, stored_decision(cfg, spec["pass_id"]))
+    print(json.dumps({"version": manifest["version"], "sparse": manifest["sparse"]}))
+    return 0
+
+
+def _rollback(args: argparse.Namespace) -> int:
+    from serving_export.delivery import registry_for, rollback
+
+    cfg = _config(args.config)
+    registry = registry_for(cfg)
     version = args.version
     if version is None:
         serving = registry.serving_version()
@@ -121,7 +135,7 @@ def _rollback(args: argparse.Namespace) -> int:
             )
             return 1
         version = older[-1]
-    previous, switched = registry.rollback(version)
+    previous, switched = rollback(cfg, version)
     print(json.dumps({"version": version, "previous": previous, "switched": switched}))
     return 0
 
@@ -160,6 +174,8 @@ def _parser() -> argparse.ArgumentParser:
     p = command("report", "write one self-contained HTML page with plots", _report)
     p.add_argument("--out", type=Path, default=Path("streamrec-report.html"), help="HTML file")
     p.add_argument("--limit", type=int, default=200, help="passes plotted (newest)")
+    p = command("publish", "package a raw export the gate passed as a version", _publish)
+    p.add_argument("--raw-export", required=True, type=Path, help="the cluster's export dir")
     p = command("deliver", "make a published version the serving one (forward only)", _deliver)
     p.add_argument("--version", required=True, help="version (pass id) to serve")
     p = command("rollback", "serve an older registered version again", _rollback)

@@ -10,7 +10,8 @@ carries a plan out. What goes, by ``retention`` (and ``checkpoints.keep_bases``)
                 after every base)
     raw-export  the cluster's raw inference exports, all but the newest (artifacts hold them)
     artifact    model versions beyond the newest ``artifacts_keep``, never the serving one
-                (directory and registry entry)
+                nor one a kept delta version builds on (directory, registry entry and the
+                version's Redis embeddings)
     redis       pass status, done markers and command records of passes older than
                 ``redis_days``; command stream entries older than that every worker has read
 
@@ -30,8 +31,9 @@ from typing import Any, Literal
 
 import redis
 
-from serving_export.artifact import artifact_dir
+from serving_export.artifact import ancestors, artifact_dir
 from serving_export.delivery import registry_for
+from serving_export.sparse_store import RedisStore
 from streaming.slices import latest_slice, slice_pass_ids
 from streamrec.config import PipelineConfig
 from streamrec.passes import (
@@ -139,13 +141,15 @@ def _artifacts(cfg: PipelineConfig):
     model_dir = Path(cfg.paths.model_root) / cfg.model.model
     on_disk = {p.name for p in model_dir.glob("*") if p.is_dir() and not p.name.startswith(".")}
     versions = sorted(on_disk | set(registry.versions()))
-    keep = set(versions[-cfg.retention.artifacts_keep :]) | {serving}
+    keep = set(versions[-cfg.retention.artifacts_keep :]) | {serving} - {None}
+    keep |= {a for version in keep for a in ancestors(model_dir, version)}
     for version in versions:
         if version not in keep:
             yield Deletion(
                 "artifact",
                 str(artifact_dir(cfg, version)),
-                f"older than the newest {cfg.retention.artifacts_keep} versions, not serving",
+                f"older than the newest {cfg.retention.artifacts_keep} versions, not serving, "
+                "no kept version builds on it",
             )
 
 
@@ -193,6 +197,9 @@ def apply(
         return RetentionResult(True, deletions)
     r = connect(cfg.redis.url)
     registry = registry_for(cfg)
+    layers = RedisStore.from_url(
+        cfg.redis.url, RedisKeys(cfg.name), cfg.model.model, Path(cfg.paths.model_root)
+    )
     for d in deletions:
         if d.kind == "redis" and " MINID " in d.target:
             stream, _, min_id = d.target.split(" ")
@@ -202,6 +209,7 @@ def apply(
         else:
             if d.kind == "artifact":
                 registry.forget(Path(d.target).name)
+                layers.drop(Path(d.target).name)
             shutil.rmtree(d.target, ignore_errors=True)
     _remove_empty_days(cfg)
     if deletions:

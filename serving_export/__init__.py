@@ -1,10 +1,13 @@
-"""From a raw cluster export to the model serving reads.
+"""From a raw cluster export to the model serving reads, and the service that serves it.
 
 One pass through this stage: ``delivery.evaluate`` judges the pass (``quality_gate``);
-``delivery.publish`` packages the raw export (``artifact``: inference program, sparse
-embeddings from ``sparse_table``, MANIFEST with checksums, published by rename) and
-registers it; ``delivery.deliver`` switches the serving pointer (``registry``); the
-``predictor`` loads the serving version and scores events.
+``delivery.publish`` packages the raw export (``artifact``: inference program and its ONNX
+twin, the embeddings the pass changed read from the checkpoint saves by ``sparse_table``,
+MANIFEST with freshness and checksums, published by rename) and registers it;
+``delivery.deliver`` writes its embeddings to the Redis store when that is the one in use
+(``sparse_store``) and switches the serving pointer (``registry``). ``service`` (``streamrec
+serve``) follows the pointer, rebuilds each version from its lineage and scores events with
+a ``predictor``.
 """
 
 from streamrec.lazy import lazy_exports
@@ -12,6 +15,12 @@ from streamrec.lazy import lazy_exports
 _EXPORTS = {
     "ExportInvalid": "serving_export.errors",
     "GateDecision": "serving_export.quality_gate",
+    "InProcessStore": "serving_export.sparse_store",
+    "RedisStore": "serving_export.sparse_store",
+    "create_app": "serving_export.service",
+    "lineage": "serving_export.artifact",
+    "rollback": "serving_export.delivery",
+    "sparse_store_for": "serving_export.delivery",
     "ModelRegistry": "serving_export.registry",
     "NothingServing": "serving_export.errors",
     "Predictor": "serving_export.predictor",

@@ -1,10 +1,21 @@
-"""Package a raw cluster export into a versioned, self-contained serving artifact.
+"""Package a raw cluster export into a versioned serving artifact: full or delta.
 
     <model_root>/<model>/<version>/
         model.pdmodel, model.pdiparams   Paddle inference model: pooled embeddings + dense -> p
-        sparse/keys.npy, sparse/values.npy  sorted feature signs and their embeddings
+        model.onnx                        the same program as ONNX (when paddle2onnx converts it)
+        sparse/keys.npy, sparse/values.npy  sorted feature signs and their embeddings: every
+                                          key (a full version) or the keys changed since the
+                                          parent version (a delta)
         MANIFEST.json                     ARTIFACT_VERSION, pass id, metrics, feeds, schema,
-                                          sha256 of every file
+                                          sparse {kind, parent}, freshness, sha256 of every file
+
+The embeddings come from the cluster's checkpoint saves named by the export (the model's
+chain: a base or daily save, then deltas). A version is a delta when the previous published
+version's chain is a prefix of this one's: it carries only the saves after that prefix, the
+keys the passes since touched. After a base or daily save the chain restarts, and the version
+is full; so is the first one. ``lineage`` walks a version back to its full ancestor, which is
+how consumers rebuild it. Shrink deletes keys only before a daily save, whose version is
+full: a consumer that loads a full version replaces its table, so deleted keys leave serving.
 
 The directory is built under a temporary name and renamed into place, so an artifact
 either exists whole or not at all. The version is the pass id: packaging the same pass
@@ -15,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,16 +34,19 @@ from typing import Any
 import numpy as np
 
 from serving_export.errors import ExportInvalid
-from serving_export.sparse_table import read_saved_table
+from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
 from streaming.feature_signs import SIGN_VERSION
 from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for
 from streamrec.config import PipelineConfig
+from streamrec.passes import pass_dir, read_manifest
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2
 MANIFEST_NAME = "MANIFEST.json"
 MODEL_PREFIX = "model"
+ONNX_NAME = "model.onnx"
+ONNX_OPSET = 11
 
 
 def artifact_dir(cfg: PipelineConfig, version: str) -> Path:
@@ -39,31 +54,64 @@ def artifact_dir(cfg: PipelineConfig, version: str) -> Path:
     return Path(cfg.paths.model_root) / cfg.model.model / version
 
 
-def _convert_program(plugin_dir: Path, feeds: list[str], out_prefix: Path) -> None:
-    """fleet's dnn_plugin (pickled program + one file per parameter) -> a standard
-    inference model that Paddle Inference loads without fleet."""
-    import paddle
+def read_published(directory: Path) -> dict[str, Any] | None:
+    """The manifest of a published artifact directory, None when there is none."""
+    path = Path(directory) / MANIFEST_NAME
+    return json.loads(path.read_text()) if path.is_file() else None
 
-    paddle.enable_static()
-    program = paddle.load(str(plugin_dir / "__model__"))
-    block = program.global_block()
-    fetches = [op.input("X")[0] for op in block.ops if op.type == "fetch"]
-    scope = paddle.static.Scope()
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    with paddle.static.scope_guard(scope):
-        for var in program.list_vars():
-            param_file = plugin_dir / var.name
-            if var.persistable and param_file.is_file():
-                scope.var(var.name).get_tensor().set(
-                    np.asarray(paddle.load(str(param_file))), paddle.CPUPlace()
-                )
-        paddle.static.save_inference_model(
-            str(out_prefix),
-            [block.var(n) for n in feeds],
-            [block.var(n) for n in fetches],
-            exe,
-            program=program,
+
+def _parent(model_dir: Path, version: str, chain: list[str]) -> dict[str, Any] | None:
+    """The newest published version before ``version`` when this chain extends its chain."""
+    earlier = sorted(
+        (d.name for d in model_dir.iterdir() if d.name < version and not d.name.startswith("."))
+        if model_dir.is_dir()
+        else []
+    )
+    for name in reversed(earlier):
+        manifest = read_published(model_dir / name)
+        if manifest is None:
+            continue
+        prior = manifest.get("chain", [])
+        if len(chain) > len(prior) > 0 and chain[: len(prior)] == prior:
+            return manifest
+        return None
+    return None
+
+
+def _freshness(cfg: PipelineConfig, spec: dict[str, Any]) -> dict[str, Any]:
+    """When the version's data ended (event time), became a complete pass and was trained;
+    ``created_at`` is when it was published, the registry adds when it began serving."""
+    pass_manifest = read_manifest(pass_dir(cfg.paths.data_root, spec["pass_id"]))
+    return {
+        "window_end": datetime.fromtimestamp(pass_manifest.window_end_ms / 1000, UTC).isoformat(),
+        "pass_completed_at": pass_manifest.created_at,
+        "trained_at": (
+            datetime.fromtimestamp(spec["trained_at"], UTC).isoformat()
+            if spec.get("trained_at")
+            else None
+        ),
+    }
+
+
+def _export_onnx(directory: Path) -> dict[str, Any]:
+    """The dense program as ONNX beside the Paddle one (paddle2onnx 1.3.1, the last release
+    for Paddle 2.x); a program it cannot convert keeps the Paddle format only."""
+    import paddle2onnx
+
+    try:
+        paddle2onnx.export(
+            str(directory / f"{MODEL_PREFIX}.pdmodel"),
+            str(directory / f"{MODEL_PREFIX}.pdiparams"),
+            str(directory / ONNX_NAME),
+            opset_version=ONNX_OPSET,
+            verbose=False,
+            enable_onnx_checker=True,
         )
+    except Exception as e:  # the converter raises bare exceptions from C++
+        (directory / ONNX_NAME).unlink(missing_ok=True)
+        log.warning("no ONNX export for %s: %s", directory.name, e)
+        return {"file": None, "error": str(e)[:500]}
+    return {"file": ONNX_NAME, "opset": ONNX_OPSET, "converter": "paddle2onnx==1.3.1"}
 
 
 def package_export(
@@ -79,22 +127,31 @@ def package_export(
     spec = json.loads(spec_path.read_text())
     version = spec["pass_id"]
     final = artifact_dir(cfg, version)
-    if (final / MANIFEST_NAME).is_file():
+    published = read_published(final)
+    if published is not None:
         log.info("artifact %s already published", final)
-        return json.loads((final / MANIFEST_NAME).read_text())
+        return published
+
+    chain = [c["pass_id"] + "-" + c["kind"] for c in spec["chain"]]
+    parent = _parent(final.parent, version, chain)
+    saves = chain[len(parent["chain"]) :] if parent else chain
+    root = Path(spec["checkpoint_root"])
+    missing = [name for name in saves if not (root / name).is_dir()]
+    if missing:
+        raise ExportInvalid(f"{raw_export}: checkpoint saves {missing} are gone from {root}")
+    table: SparseEmbeddings = newest_wins(
+        [read_save(root / name, spec["saved_value_layout"]) for name in saves]
+    )
 
     tmp = temp_dir_for(final)
-    slot_feeds: dict[str, str] = spec["slot_feeds"]
-    feeds = list(slot_feeds.values()) + ([spec["dense_feed"]] if spec["dense_feed"] else [])
-    _convert_program(raw_export / spec["program_dir"], feeds, tmp / MODEL_PREFIX)
-    tables = [
-        read_saved_table(raw_export / d, spec["saved_value_layout"]) for d in spec["sparse_dirs"]
-    ]
-    if len(tables) != 1:
-        raise ExportInvalid(f"{raw_export}: expected one sparse table, found {len(tables)}")
+    for suffix in (".pdmodel", ".pdiparams"):
+        shutil.copyfile(
+            raw_export / f"{spec['model_prefix']}{suffix}", tmp / f"{MODEL_PREFIX}{suffix}"
+        )
+    onnx = _export_onnx(tmp)
     (tmp / "sparse").mkdir()
-    np.save(tmp / "sparse" / "keys.npy", tables[0].keys)
-    np.save(tmp / "sparse" / "values.npy", tables[0].values)
+    np.save(tmp / "sparse" / "keys.npy", table.keys)
+    np.save(tmp / "sparse" / "values.npy", table.values)
 
     files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     manifest = {
@@ -104,18 +161,65 @@ def package_export(
         "pass_id": spec["pass_id"],
         "created_at": datetime.now(UTC).isoformat(),
         "metrics": metrics,
-        "slot_feeds": slot_feeds,
+        "slot_feeds": spec["slot_feeds"],
         "dense_feed": spec["dense_feed"],
         "embedding_dim": spec["embedding_dim"],
         "sign_version": SIGN_VERSION,
         "feature_schema": spec["feature_schema"],
-        "sparse_keys": len(tables[0].keys),
+        "sparse": {
+            "kind": "delta" if parent else "full",
+            "parent": parent["version"] if parent else None,
+            "keys": len(table.keys),
+            "table_keys": spec["chain"][-1]["table_keys"],
+        },
+        "chain": chain,
+        "onnx": onnx,
+        "freshness": _freshness(cfg, spec),
         "files": files,
     }
     (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
     publish_dir(tmp, final)
-    log.info("artifact %s published (%d sparse keys)", final, manifest["sparse_keys"])
+    log.info(
+        "artifact %s published: %s, %d of %d keys",
+        final,
+        manifest["sparse"]["kind"] + (f" on {manifest['sparse']['parent']}" if parent else ""),
+        manifest["sparse"]["keys"],
+        manifest["sparse"]["table_keys"],
+    )
     return manifest
+
+
+def lineage(model_dir: Path, version: str) -> list[dict[str, Any]]:
+    """Verified manifests from the full version ``version`` builds on, to ``version``."""
+    chain = [verify_artifact(Path(model_dir) / version)]
+    while chain[-1]["sparse"]["kind"] == "delta":
+        parent = chain[-1]["sparse"]["parent"]
+        if not (Path(model_dir) / parent).is_dir():
+            raise ExportInvalid(
+                f"version {chain[0]['version']} needs {parent}, which is gone from {model_dir}"
+            )
+        chain.append(verify_artifact(Path(model_dir) / parent))
+    return chain[::-1]
+
+
+def ancestors(model_dir: Path, version: str) -> list[str]:
+    """The versions ``version`` builds on (its delta parents back to a full version), read
+    from the published manifests without verifying them; stops where one is gone."""
+    found = []
+    manifest = read_published(Path(model_dir) / version)
+    while manifest is not None and manifest.get("sparse", {}).get("kind") == "delta":
+        parent = manifest["sparse"]["parent"]
+        found.append(parent)
+        manifest = read_published(Path(model_dir) / parent)
+    return found
+
+
+def load_sparse(directory: Path) -> SparseEmbeddings:
+    """The sparse part of one artifact (every key, or a delta's changed keys)."""
+    return SparseEmbeddings(
+        np.load(Path(directory) / "sparse" / "keys.npy"),
+        np.load(Path(directory) / "sparse" / "values.npy"),
+    )
 
 
 def verify_artifact(directory: Path) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 evaluate  train result + serving model's metrics -> GateDecision (stored on the pass)
 publish   raw export -> verified artifact on disk -> registered version
-deliver   switch the serving pointer to that version (one Redis transaction)
+deliver   with the Redis sparse store, write the version's embeddings there first; then
+          switch the serving pointer to that version (one Redis transaction)
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from typing import Any
 import redis
 
 from serving_export.artifact import package_export
-from serving_export.errors import NothingServing
+from serving_export.errors import ExportInvalid, NothingServing
 from serving_export.quality_gate import GateDecision, judge
 from serving_export.registry import ModelRegistry
+from serving_export.sparse_store import InProcessStore, RedisStore
 from streamrec.config import PipelineConfig
 from streamrec.redis_keys import RedisKeys
 
@@ -59,6 +61,17 @@ def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
     return decision
 
 
+def stored_decision(cfg: PipelineConfig, pass_id: str) -> GateDecision:
+    """The gate decision ``evaluate`` stored on the pass; ExportInvalid without one."""
+    stored = _redis(cfg).hget(RedisKeys(cfg.name).pass_status(pass_id), "gate")
+    if stored is None:
+        raise ExportInvalid(f"pass {pass_id} has no gate decision: evaluate it first")
+    decision = GateDecision(**json.loads(stored))
+    if not decision.passed:
+        raise ExportInvalid(f"pass {pass_id} failed the gate: {'; '.join(decision.reasons)}")
+    return decision
+
+
 def publish(cfg: PipelineConfig, raw_export: str | Path, decision: GateDecision) -> dict[str, Any]:
     """Package the raw export as an artifact and register it; its manifest."""
     manifest = package_export(
@@ -68,13 +81,36 @@ def publish(cfg: PipelineConfig, raw_export: str | Path, decision: GateDecision)
     return manifest
 
 
+def sparse_store_for(cfg: PipelineConfig) -> InProcessStore | RedisStore:
+    """The sparse store ``serving.sparse_store`` names."""
+    model_dir = Path(cfg.paths.model_root) / cfg.model.model
+    if cfg.serving.sparse_store == "redis":
+        return RedisStore.from_url(cfg.redis.url, RedisKeys(cfg.name), cfg.model.model, model_dir)
+    return InProcessStore(model_dir, cfg.serving.compact_ratio)
+
+
 def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
-    """Make ``version`` the serving model, unless a newer one already serves."""
+    """Make ``version`` the serving model, unless a newer one already serves. With the
+    Redis sparse store its embeddings are written first: the pointer never names a version
+    whose embeddings are incomplete."""
+    store = sparse_store_for(cfg)
+    pushed = store.push(version) if isinstance(store, RedisStore) else None
     previous, switched = registry_for(cfg).promote(version)
     result = {"version": version, "previous": previous, "switched": switched, "at": time.time()}
+    if pushed is not None:
+        result["redis"] = pushed
     if switched:
         _record(cfg, version, "delivered", result)
         log.info("serving %s (was %s)", version, previous)
     else:
         log.info("not switching to %s: %s already serves", version, previous)
     return result
+
+
+def rollback(cfg: PipelineConfig, version: str) -> tuple[str | None, bool]:
+    """Serve an older registered ``version`` again (its Redis embeddings written first when
+    they are missing); the version serving before and whether the pointer moved."""
+    store = sparse_store_for(cfg)
+    if isinstance(store, RedisStore):
+        store.push(version)
+    return registry_for(cfg).rollback(version)

@@ -1,16 +1,19 @@
-"""The reference predictor serving uses: load a registered artifact and score events.
+"""Score events with one model version: its dense program and its embeddings.
 
     streamrec predict --config configs/pipeline.yaml --events events.jsonl
 
 Events are validated like the pass builder does, sparse values become feature signs with
-the same hash as training, each slot's embeddings are looked up in the artifact and
-sum-pooled, and Paddle Inference runs the dense program.
+the same hash as training, each slot's embeddings are looked up (zeros for values training
+never saw) and sum-pooled, and Paddle Inference runs the dense program. A Predictor is
+immutable and thread-safe: it holds a pool of Paddle predictors (clones sharing the
+weights), one per concurrent scorer; the service swaps whole Predictors between versions.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import queue
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,40 +21,94 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from serving_export.artifact import MODEL_PREFIX, verify_artifact
-from serving_export.sparse_table import SparseEmbeddings
-from streaming.events import normalize_event
+from serving_export.artifact import MODEL_PREFIX, ONNX_NAME, verify_artifact
+from serving_export.sparse_store import Embeddings, InProcessStore
+from streaming.events import feature_row
 from streaming.feature_signs import SIGN_VERSION, signs_of
 from streamrec.config import SchemaConfig, load_config
 from streamrec.errors import StreamrecError
 from streamrec.logs import setup_logging
 
 
-class Predictor:
-    """Scores events with one artifact."""
+class PaddleDense:
+    """The dense program on Paddle Inference: a pool of predictors sharing the weights (a
+    Paddle predictor runs one batch at a time)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, threads: int) -> None:
         import paddle.inference as pi
 
+        config = pi.Config(
+            str(directory / f"{MODEL_PREFIX}.pdmodel"), str(directory / f"{MODEL_PREFIX}.pdiparams")
+        )
+        config.disable_gpu()
+        config.disable_glog_info()
+        config.set_cpu_math_library_num_threads(1)
+        first = pi.create_predictor(config)
+        self._pool: queue.Queue[Any] = queue.Queue()
+        self._pool.put(first)
+        for _ in range(threads - 1):
+            self._pool.put(first.clone())
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        predictor = self._pool.get()
+        try:
+            for name in predictor.get_input_names():
+                predictor.get_input_handle(name).copy_from_cpu(feeds[name])
+            predictor.run()
+            out = predictor.get_output_handle(predictor.get_output_names()[0])
+            return out.copy_to_cpu().reshape(-1)
+        finally:
+            self._pool.put(predictor)
+
+
+class OnnxDense:
+    """The dense program exported to ONNX (``model.onnx``) on onnxruntime, whose sessions
+    run concurrently."""
+
+    def __init__(self, directory: Path) -> None:
+        import onnxruntime as ort
+
+        path = directory / ONNX_NAME
+        if not path.is_file():
+            raise StreamrecError(f"{directory} has no {ONNX_NAME}: serve it with runtime paddle")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        out = self._session.run(None, {name: feeds[name] for name in self._inputs})
+        return np.asarray(out[0]).reshape(-1)
+
+
+class Predictor:
+    """Scores events with one artifact version, on Paddle Inference or onnxruntime."""
+
+    def __init__(
+        self,
+        directory: Path,
+        embeddings: Embeddings | None = None,
+        threads: int = 1,
+        runtime: str = "paddle",
+    ) -> None:
         self.directory = Path(directory)
         self.manifest = verify_artifact(self.directory)
+        self.version: str = self.manifest["version"]
         if self.manifest["sign_version"] != SIGN_VERSION:
             raise StreamrecError(
                 f"artifact hashes features with version {self.manifest['sign_version']}, "
                 f"this code with {SIGN_VERSION}"
             )
         self.schema = SchemaConfig.model_validate(self.manifest["feature_schema"])
-        self.embeddings = SparseEmbeddings(
-            np.load(self.directory / "sparse" / "keys.npy"),
-            np.load(self.directory / "sparse" / "values.npy"),
+        self.embeddings = (
+            embeddings
+            if embeddings is not None
+            else InProcessStore(self.directory.parent).embeddings_for(self.version)
         )
-        config = pi.Config(
-            str(self.directory / f"{MODEL_PREFIX}.pdmodel"),
-            str(self.directory / f"{MODEL_PREFIX}.pdiparams"),
+        self.runtime = runtime
+        self._dense = (
+            OnnxDense(self.directory) if runtime == "onnx" else PaddleDense(self.directory, threads)
         )
-        config.disable_gpu()
-        config.disable_glog_info()
-        self._predictor = pi.create_predictor(config)
 
     @classmethod
     def serving(cls, model_root: Path, registry: Any) -> Predictor:
@@ -59,33 +116,43 @@ class Predictor:
         manifest = registry.serving()
         return cls(Path(model_root) / manifest["model"] / manifest["version"])
 
-    def _pooled(self, slot: str, values: list[Any], multi: bool) -> np.ndarray:
-        if not multi:
-            return self.embeddings.lookup(signs_of(slot, pa.array(values, pa.string())))
-        lengths = np.array([len(v) for v in values])
-        flat = [x for v in values for x in v]
-        emb = self.embeddings.lookup(signs_of(slot, pa.array(flat, pa.string())))
-        return np.add.reduceat(emb, np.concatenate([[0], np.cumsum(lengths)[:-1]]), axis=0)
-
-    def score(self, events: list[dict[str, Any]]) -> np.ndarray:
-        """Click probabilities of ``events`` (dicts in the impression event format)."""
-        if not events:
-            return np.zeros(0, dtype=np.float32)
-        rows = [normalize_event({"label": 0, **e}, self.schema) for e in events]
-        feeds: dict[str, np.ndarray] = {}
+    def _pooled_feeds(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        """Each slot's sum-pooled embeddings, from one lookup of every sign of the batch
+        (one round trip with the Redis store)."""
+        signs, bounds = [], []
         for slot in self.schema.sparse:
-            feeds[self.manifest["slot_feeds"][slot.name]] = self._pooled(
-                slot.name, [r[slot.name] for r in rows], slot.multi
+            values = [r[slot.name] for r in rows]
+            lengths = np.array([len(v) for v in values]) if slot.multi else np.ones(len(rows), int)
+            flat = [x for v in values for x in v] if slot.multi else values
+            signs.append(signs_of(slot.name, pa.array(flat, pa.string())))
+            bounds.append(lengths)
+        emb = self.embeddings.lookup(np.concatenate(signs))
+        feeds, start = {}, 0
+        for slot, lengths in zip(self.schema.sparse, bounds, strict=True):
+            stop = start + int(lengths.sum())
+            offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            feeds[self.manifest["slot_feeds"][slot.name]] = (
+                np.add.reduceat(emb[start:stop], offsets, axis=0) if slot.multi else emb[start:stop]
             )
+            start = stop
+        return feeds
+
+    def score_rows(self, rows: list[dict[str, Any]]) -> np.ndarray:
+        """Click probabilities of feature rows (``streaming.events.feature_row``)."""
+        if not rows:
+            return np.zeros(0, dtype=np.float32)
+        feeds = self._pooled_feeds(rows)
         if self.manifest["dense_feed"]:
             feeds[self.manifest["dense_feed"]] = np.array(
                 [[r[d.name] for d in self.schema.dense] for r in rows], dtype=np.float32
             )
-        for name in self._predictor.get_input_names():
-            self._predictor.get_input_handle(name).copy_from_cpu(feeds[name])
-        self._predictor.run()
-        out = self._predictor.get_output_handle(self._predictor.get_output_names()[0])
-        return out.copy_to_cpu().reshape(-1)
+        return self._dense.run(feeds)
+
+    def score(self, events: list[dict[str, Any]]) -> np.ndarray:
+        """Click probabilities of ``events`` (dicts in the impression event format)."""
+        return self.score_rows(
+            [feature_row(e.get("sparse", {}), e.get("dense", {}), self.schema) for e in events]
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

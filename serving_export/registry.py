@@ -1,9 +1,10 @@
 """The model registry in Redis: versions and the serving pointer.
 
-``promote`` switches the pointer and appends to the history in one transaction (WATCH on
-the pointer), so readers see the old version or the new one and concurrent switches
-cannot interleave. It only moves forward (versions are pass ids, so they sort by time): a
-re-run of an old pass never replaces a newer model; ``rollback`` is the explicit way back.
+``promote`` switches the pointer, stamps the version's ``freshness.served_at`` and appends
+to the history in one transaction (WATCH on the pointer), so readers see the old version
+or the new one and concurrent switches cannot interleave. It only moves forward (versions
+are pass ids, so they sort by time): a re-run of an old pass never replaces a newer model;
+``rollback`` is the explicit way back.
 Key names: ``streamrec.redis_keys``.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import redis
@@ -85,8 +87,16 @@ class ModelRegistry:
                     if not allowed(previous):
                         pipe.unwatch()
                         return previous, False
+                    raw = pipe.hget(self._keys.registry_versions(self._model), version)
+                    manifest = json.loads(raw)
+                    manifest.setdefault("freshness", {})["served_at"] = datetime.now(
+                        UTC
+                    ).isoformat()
                     pipe.multi()
                     pipe.set(pointer, version)
+                    pipe.hset(
+                        self._keys.registry_versions(self._model), version, json.dumps(manifest)
+                    )
                     pipe.lpush(
                         self._keys.registry_history(self._model),
                         json.dumps({"version": version, "previous": previous, "ts": time.time()}),

@@ -1,10 +1,12 @@
-"""Read the sparse table the parameter servers saved into key -> embedding arrays.
+"""Sparse embeddings as sorted arrays: read from the servers' saves, merged, looked up.
 
-Servers write each shard as gzip text, one key per line, space-separated: the key, the
-accessor's counters, then the embedding and its optimizer state. The export spec's
-``saved_value_layout`` says which columns hold ``embed_w`` and ``embedx_w``; the pulled
-embedding (what training looked up) is ``[embed_w, embedx_w...]``. Parsing is columnar
-(pyarrow's CSV reader), not a Python loop per line.
+Servers write each shard as text (gzip for full saves), one key per line, space-separated:
+the key, the accessor's counters, then the embedding and its optimizer state. The export
+spec's ``saved_value_layout`` says which columns hold ``embed_w`` and ``embedx_w``; the
+pulled embedding (what training looked up) is ``[embed_w, embedx_w...]``. Parsing is
+columnar (pyarrow's CSV reader), not a Python loop per line. ``newest_wins`` merges saves
+or versions in order; ``LayeredEmbeddings`` is what serving reads: a full table plus the
+keys changed since, compacted off the request path.
 """
 
 from __future__ import annotations
@@ -26,17 +28,79 @@ class SparseEmbeddings:
     keys: np.ndarray  # uint64, sorted ascending
     values: np.ndarray  # float32 [n, dim]
 
+    @property
+    def dim(self) -> int:
+        return self.values.shape[1]
+
+    def find(self, signs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Row of each sign and whether the table holds it."""
+        signs = np.asarray(signs, dtype=np.uint64)
+        if len(self.keys) == 0:
+            return np.zeros(len(signs), dtype=np.intp), np.zeros(len(signs), dtype=bool)
+        idx = np.minimum(np.searchsorted(self.keys, signs), len(self.keys) - 1)
+        return idx, self.keys[idx] == signs
+
     def lookup(self, signs: np.ndarray) -> np.ndarray:
         """Embeddings of ``signs``; zeros for keys the table never saw (cold start)."""
-        signs = np.asarray(signs, dtype=np.uint64)
-        out = np.zeros((len(signs), self.values.shape[1]), dtype=np.float32)
-        if len(self.keys) == 0:
-            return out
-        idx = np.searchsorted(self.keys, signs)
-        idx_clipped = np.minimum(idx, len(self.keys) - 1)
-        hit = self.keys[idx_clipped] == signs
-        out[hit] = self.values[idx_clipped[hit]]
+        idx, hit = self.find(signs)
+        out = np.zeros((len(hit), self.dim), dtype=np.float32)
+        out[hit] = self.values[idx[hit]]
         return out
+
+
+def empty_embeddings(dim: int) -> SparseEmbeddings:
+    return SparseEmbeddings(np.zeros(0, np.uint64), np.zeros((0, dim), np.float32))
+
+
+def newest_wins(tables: list[SparseEmbeddings]) -> SparseEmbeddings:
+    """One sorted table from ``tables`` given oldest first: a key takes its newest value."""
+    if len(tables) == 1:
+        return tables[0]
+    keys = np.concatenate([t.keys for t in tables])
+    values = np.concatenate([t.values for t in tables])
+    order = np.argsort(keys, kind="stable")  # equal keys stay oldest first
+    keys, values = keys[order], values[order]
+    last = np.append(keys[1:] != keys[:-1], True) if len(keys) else np.zeros(0, bool)
+    return SparseEmbeddings(keys[last], values[last])
+
+
+@dataclass(frozen=True)
+class LayeredEmbeddings:
+    """A full table and the keys changed since (newer values win), immutable: applying a
+    delta builds a new instance off the request path, costing the size of the overlay, and
+    folds the overlay into the base once it outgrows ``compact_ratio`` of it."""
+
+    base: SparseEmbeddings
+    overlay: SparseEmbeddings
+    compact_ratio: float = 0.25
+
+    @classmethod
+    def of(cls, table: SparseEmbeddings, compact_ratio: float = 0.25) -> LayeredEmbeddings:
+        return cls(table, empty_embeddings(table.dim), compact_ratio)
+
+    @property
+    def dim(self) -> int:
+        return self.base.dim
+
+    def __len__(self) -> int:
+        return (
+            len(self.base.keys)
+            + len(self.overlay.keys)
+            - int(self.base.find(self.overlay.keys)[1].sum())
+        )
+
+    def lookup(self, signs: np.ndarray) -> np.ndarray:
+        out = self.base.lookup(signs)
+        if len(self.overlay.keys):
+            idx, hit = self.overlay.find(signs)
+            out[hit] = self.overlay.values[idx[hit]]
+        return out
+
+    def apply(self, delta: SparseEmbeddings) -> LayeredEmbeddings:
+        overlay = newest_wins([self.overlay, delta])
+        if len(overlay.keys) > self.compact_ratio * max(len(self.base.keys), 1):
+            return LayeredEmbeddings.of(newest_wins([self.base, overlay]), self.compact_ratio)
+        return LayeredEmbeddings(self.base, overlay, self.compact_ratio)
 
 
 def _read_shard(
@@ -65,6 +129,17 @@ def _read_shard(
     cols = [embed_col, *range(embedx_col, embedx_col + embedx_dim)]
     values = np.stack([table.column(c).to_numpy().astype(np.float32) for c in cols], axis=1)
     return keys, values
+
+
+def read_save(save_dir: Path, layout: dict[str, int]) -> SparseEmbeddings:
+    """The sparse table of one checkpoint save: the table directories whose files are
+    named ``part-<server>-<shard>`` (a dense table writes ``part-<server>``)."""
+    tables = sorted({p.parent for p in Path(save_dir).glob("*/part-*-*")})
+    if len(tables) > 1:
+        raise ExportInvalid(f"{save_dir}: expected one sparse table, found {len(tables)}")
+    if not tables:
+        return empty_embeddings(layout["embedx_dim"] + 1)
+    return read_saved_table(tables[0], layout)
 
 
 def read_saved_table(table_dir: Path, layout: dict[str, int]) -> SparseEmbeddings:

@@ -109,12 +109,18 @@ def normalize_event(event: Any, schema: SchemaConfig, require_label: bool = True
     label = event.get("label", 0)
     if label not in (0, 1) or isinstance(label, bool):
         raise MalformedEvent("wrong_type", "label must be 0 or 1")
-    sparse = event.get("sparse", {})
-    dense = event.get("dense", {})
+    row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time, "label": label}
+    row.update(feature_row(event.get("sparse", {}), event.get("dense", {}), schema))
+    return row
+
+
+def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]:
+    """The model's features of one event's ``sparse`` and ``dense`` objects: every slot and
+    dense feature of the schema, defaults filled in; MalformedEvent when one is unusable.
+    Names the schema lacks are ignored here (serving rejects them before)."""
     if not isinstance(sparse, dict) or not isinstance(dense, dict):
         raise MalformedEvent("wrong_type", "sparse and dense must be objects")
-
-    row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time, "label": label}
+    row: dict[str, Any] = {}
     slots, features = _layout(schema)
     for name, multi, default in slots:
         v = sparse.get(name)
@@ -135,9 +141,12 @@ def normalize_event(event: Any, schema: SchemaConfig, require_label: bool = True
         kind = type(v)
         if kind is not float and kind is not int:
             raise MalformedEvent("wrong_type", f"dense.{name} must be a number")
-        if not math.isfinite(v):
+        try:
+            row[name] = float(v)
+        except OverflowError:  # an integer beyond float range
+            raise MalformedEvent("not_finite", f"dense.{name}") from None
+        if not math.isfinite(row[name]):
             raise MalformedEvent("not_finite", f"dense.{name}")
-        row[name] = float(v)
     return row
 
 

@@ -69,14 +69,39 @@ def _sign_text(slot: str, values: pa.Array, prefix: str = "") -> pa.Array:
     return unique.take(encoded.indices)
 
 
-def multislot_text(table: pa.Table, layout: ReaderLayout | SchemaConfig) -> bytes:
-    """The MultiSlot text of ``table`` (pass columns), one line per row."""
+# Paddle splits an instance id at whitespace: escape it (and the escape character) in ids
+_ID_ESCAPES = [
+    ("%", "%25"),
+    (" ", "%20"),
+    ("\t", "%09"),
+    ("\n", "%0A"),
+    ("\r", "%0D"),
+    ("\x0b", "%0B"),
+    ("\x0c", "%0C"),
+]
+
+
+def instance_ids(event_ids: pa.Array) -> pa.Array:
+    """The instance id Paddle carries for each event id (``urllib.parse.unquote`` inverts
+    it): whitespace-free, so it survives Paddle's parsing and its dumps."""
+    for char, escape in _ID_ESCAPES:
+        event_ids = pc.replace_substring(event_ids, char, escape)
+    return event_ids
+
+
+def multislot_text(
+    table: pa.Table, layout: ReaderLayout | SchemaConfig, ins_id: bool = False
+) -> bytes:
+    """The MultiSlot text of ``table`` (pass columns), one line per row; with ``ins_id``
+    each line starts with ``1 <instance id>`` (datasets that ``set_parse_ins_id``)."""
     if not isinstance(layout, ReaderLayout):
         layout = ReaderLayout.from_schema(layout)
     n = table.num_rows
     if n == 0:
         return b""
     columns: list[pa.Array | str] = []
+    if ins_id:
+        columns += ["1", instance_ids(table["event_id"].combine_chunks())]
     for name, multi, default in layout.sparse:
         col = table[name].combine_chunks()
         if multi:
@@ -99,24 +124,29 @@ def multislot_text(table: pa.Table, layout: ReaderLayout | SchemaConfig) -> byte
     return data.to_pybytes()[bounds[0] : bounds[-1]]
 
 
-def convert(source: BinaryIO, sink: BinaryIO, layout: ReaderLayout | SchemaConfig) -> int:
+def convert(
+    source: BinaryIO, sink: BinaryIO, layout: ReaderLayout | SchemaConfig, ins_id: bool = False
+) -> int:
     """Read one Parquet file from ``source``, write its MultiSlot text to ``sink``; row count."""
     table = pq.read_table(pa.BufferReader(source.read()))
-    sink.write(multislot_text(table, layout))
+    sink.write(multislot_text(table, layout, ins_id))
     return table.num_rows
 
 
-def pipe_command(schema: SchemaConfig) -> str:
+def pipe_command(schema: SchemaConfig, ins_id: bool = False) -> str:
     """The shell command Paddle runs for every file."""
     arg = ReaderLayout.from_schema(schema).to_arg()
-    return f"{shlex.quote(sys.executable)} -m streaming.pipe_reader --layout {shlex.quote(arg)}"
+    return f"{shlex.quote(sys.executable)} -m streaming.pipe_reader --layout {shlex.quote(arg)}" + (
+        " --ins-id" if ins_id else ""
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Parquet pass part on stdin -> MultiSlot text.")
     parser.add_argument("--layout", required=True, help="slot layout JSON (see pipe_command)")
+    parser.add_argument("--ins-id", action="store_true", help="start lines with the event id")
     args = parser.parse_args(argv)
-    convert(sys.stdin.buffer, sys.stdout.buffer, ReaderLayout.from_arg(args.layout))
+    convert(sys.stdin.buffer, sys.stdout.buffer, ReaderLayout.from_arg(args.layout), args.ins_id)
     sys.stdout.buffer.flush()
     return 0
 

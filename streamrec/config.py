@@ -147,6 +147,39 @@ class GateConfig(_Strict):
     min_rows: int = Field(100, ge=1, description="Passes with fewer rows are not delivered.")
 
 
+class ServingConfig(_Strict):
+    """The online predictor service (``streamrec serve``)."""
+
+    host: str = Field("127.0.0.1", description="Address the service listens on.")
+    port: int = Field(8500, ge=0, le=65535, description="Port of the service (0: any free one).")
+    sparse_store: Literal["inprocess", "redis"] = Field(
+        "inprocess",
+        description="Where serving looks embeddings up: 'inprocess' (the table in the "
+        "service's memory) or 'redis' (delivery writes each version's keys into redis.url).",
+    )
+    runtime: Literal["paddle", "onnx"] = Field(
+        "paddle",
+        description="What runs the dense program: 'paddle' (Paddle Inference) or 'onnx' "
+        "(onnxruntime on the artifact's model.onnx).",
+    )
+    poll_seconds: float = Field(
+        0.5, gt=0, description="How often the service reads the registry's serving pointer."
+    )
+    max_events: int = Field(1024, ge=1, description="Most events in one /predict request.")
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, ge=1024, description="Largest /predict body accepted, in bytes."
+    )
+    threads: int = Field(
+        2, ge=1, description="Paddle Inference predictors scoring requests concurrently."
+    )
+    compact_ratio: float = Field(
+        0.25,
+        gt=0,
+        description="In-process store: fold the keys changed since the last full version "
+        "into the full table once they exceed this fraction of it.",
+    )
+
+
 class ScheduleConfig(_Strict):
     """How Airflow schedules the per-pass DAG (read by ``dags/`` only)."""
 
@@ -400,6 +433,7 @@ class PipelineConfig(_Strict):
         None, description="Airflow scheduling; required by dags/streamrec_pass.py."
     )
     retention: RetentionConfig = RetentionConfig()
+    serving: ServingConfig = ServingConfig()
 
     @property
     def uses_embedded_services(self) -> bool:

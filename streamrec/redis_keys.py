@@ -16,6 +16,12 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
     registry:<model>:versions      HASH    version -> artifact MANIFEST.json
     registry:<model>:serving       STRING  the version serving reads
     registry:<model>:history       LIST    JSON records of every pointer switch, newest first
+    sparse:<model>:<version>       HASH    the embeddings a version's artifact carries (every key
+                                           of a full version, the changed keys of a delta):
+                                           field = feature sign as 8 bytes little-endian,
+                                           value = float32 little-endian embedding
+    sparse:<model>:layers          HASH    version -> JSON {kind, parent, keys, dim}: set only
+                                           once that version's hash is completely written
 """
 
 from __future__ import annotations
@@ -68,3 +74,9 @@ class RedisKeys:
 
     def registry_history(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:history"
+
+    def sparse_layer(self, model: str, version: str) -> str:
+        return f"{self.prefix}:sparse:{model}:{version}"
+
+    def sparse_layers(self, model: str) -> str:
+        return f"{self.prefix}:sparse:{model}:layers"

@@ -35,6 +35,8 @@ def _execute(ctx: WorkerContext, command: Command) -> dict:
         return pass_steps.maintain(ctx, command.pass_id, command.id)
     if command.kind == "export":
         return pass_steps.export(ctx, command.pass_id, command.id)
+    if command.kind == "score":
+        return pass_steps.score(ctx, command.pass_id, command.id)
     return {}
 
 

@@ -26,8 +26,9 @@ from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
 
 log = logging.getLogger(__name__)
 
-CommandKind = Literal["train", "maintain", "export", "stop"]
+CommandKind = Literal["train", "maintain", "export", "score", "stop"]
 RESTARTABLE: tuple[CommandKind, ...] = ("train", "maintain")  # undone past a restored save
+UNMARKED: tuple[CommandKind, ...] = ("score", "stop")  # run every time: no done marker
 WORKER = "worker"
 
 
@@ -139,6 +140,15 @@ class ClusterClient:
         """Write the raw inference export after ``pass_id``."""
         return self.run("export", pass_id)
 
+    def score(self, pass_id: str) -> list[dict[str, Any]]:
+        """The model's predictions for every row of ``pass_id``, without training on it:
+        one result per worker, in rank order (see ``pass_steps.score``)."""
+        command_id = self.submit("score", pass_id)
+        self.wait(command_id)
+        state = self._r.hgetall(self._keys.command(command_id))
+        ranks = sorted(int(k.split(":")[1]) for k in state if k.startswith("result:"))
+        return [json.loads(state[f"result:{rank}"]) for rank in ranks]
+
     def stop(self, timeout_s: float = 60) -> None:
         """Ask every worker to leave its loop."""
         self.run("stop", timeout_s=timeout_s)
@@ -213,7 +223,7 @@ class WorkerChannel:
 
     def is_done(self, command: Command) -> bool:
         return (
-            command.kind != "stop"
+            command.kind not in UNMARKED
             and self._r.exists(self._keys.done(command.kind, command.pass_id)) == 1
         )
 
@@ -244,7 +254,7 @@ class WorkerChannel:
         else:
             pipe.hset(key, mapping={"status": "done", "result": json.dumps(result)})
             first = not result.get("already_done")
-            if command.kind != "stop" and (first or "already_in_model" in result):
+            if command.kind not in UNMARKED and (first or "already_in_model" in result):
                 pipe.set(self._keys.done(command.kind, command.pass_id), command.id, nx=not first)
                 pipe.hset(
                     self._keys.pass_status(command.pass_id),

@@ -37,22 +37,40 @@ def point_dump(program: Any, fields: list[str], directory: Path | None) -> None:
 def read_dump(directory: Path, fields: int) -> list[np.ndarray]:
     """The dumped values (float64), one array per field in dump order, from every file of a
     run; each field must hold one value per instance."""
+    return _read(directory, fields, ["_"])[1]
+
+
+def read_dump_with_ids(directory: Path, fields: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The instance ids and ``read_dump``'s arrays of a run whose dataset parsed instance
+    ids (a line then starts ``<ins_id>\t<ins_content>``). The dump threads write in no
+    fixed order, so the ids are what pairs a value with its row."""
+    return _read(directory, fields, ["id", "content"])
+
+
+def _read(directory: Path, fields: int, head: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+    ids: list[np.ndarray] = []
     columns: list[list[np.ndarray]] = [[] for _ in range(fields)]
+    names = [f"f{i}" for i in range(fields)]
     for part in sorted(Path(directory).glob("part-*")):
         if part.stat().st_size == 0:  # a dump thread that got no batch
             continue
         table = pacsv.read_csv(
             part,
-            read_options=pacsv.ReadOptions(column_names=["", *[f"f{i}" for i in range(fields)]]),
+            read_options=pacsv.ReadOptions(column_names=[*head, *names]),
             parse_options=pacsv.ParseOptions(delimiter="\t", quote_char=False),
             convert_options=pacsv.ConvertOptions(
-                column_types={f"f{i}": pa.string() for i in range(fields)}
+                column_types={n: pa.string() for n in [*head, *names]},
+                strings_can_be_null=False,
             ),
         )
+        ids.append(table.column(head[0]).to_numpy(zero_copy_only=False))
         for i in range(fields):
             parts = pc.split_pattern(table.column(f"f{i}"), ":")  # name, length, value
             if not pc.all(pc.equal(pc.list_value_length(parts), 3)).as_py():
                 raise ValueError(f"{part}: field {i} is not one value per instance")
             values = pc.cast(pc.list_element(parts, 2), pa.float64())
             columns[i].append(values.to_numpy(zero_copy_only=False))
-    return [np.concatenate(c) if c else np.empty(0) for c in columns]
+    return (
+        np.concatenate(ids) if ids else np.empty(0, dtype=object),
+        [np.concatenate(c) if c else np.empty(0) for c in columns],
+    )

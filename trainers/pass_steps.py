@@ -5,8 +5,9 @@
                 -> checkpoint: a delta, or a base every N passes (``checkpoints``)
     maintain    after a day's last pass: fleet.shrink -> mode-3 save, the new base
     restore     at start: the newest complete base, then its deltas, loaded in order
-    export      fleet.save_inference_model with the pooled embeddings as feeds (a dense program
-                taking embeddings) + the sparse table -> export_spec.json -> _SUCCESS
+    export      worker 0: the dense inference program (pooled embeddings as feeds) with the
+                dense tables pulled from the servers + the checkpoint chain that holds the
+                sparse table -> export_spec.json -> _SUCCESS
 
 Every worker calls every step: Paddle's saves run on worker 0 between barriers.
 """
@@ -22,13 +23,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from streaming.pipe_reader import LABEL_VAR, pipe_command
-from streamrec.atomic_fs import publish_dir, write_text_atomic
+from streamrec.atomic_fs import publish_dir, temp_dir_for, write_text_atomic
 from streamrec.config import PipelineConfig
 from streamrec.passes import PassManifest, pass_dir, read_manifest
+from trainers import dense_tables
 from trainers.checkpoints import (
     CheckpointInfo,
     CheckpointKind,
@@ -39,7 +44,7 @@ from trainers.checkpoints import (
     saved_keys,
     write_info,
 )
-from trainers.instance_dump import point_dump, read_dump
+from trainers.instance_dump import point_dump, read_dump, read_dump_with_ids
 from trainers.metrics import STAT_NAMES, PassMetrics, metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS, ModelGraph
 from trainers.strategy import saved_value_layout
@@ -48,7 +53,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 EXPORT_SPEC = "export_spec.json"
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
+EXPORT_MODEL_PREFIX = "model"
 
 
 @dataclass
@@ -343,6 +349,9 @@ def _save(
     )
     tmp = root / f".{info.name}.tmp-{command_id}"
     final = root / info.name
+    settled = ctx.leader_only(dense_tables.settle)
+    if settled is not None:
+        log.info("dense tables settled %.3f s after the pass", settled)
     fleet.save_persistables(ctx.exe, str(tmp), mode=info.mode)
 
     def publish() -> CheckpointInfo:
@@ -395,6 +404,53 @@ def restore(ctx: WorkerContext) -> CheckpointInfo | None:
     return chain[-1] if chain else None
 
 
+def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+    """This worker's predictions for its files of ``pass_id`` with the model as it stands
+    (inference only; unseen keys pull zeros, as in training), keyed by event id: the
+    cluster's side of a training/serving skew check. The rows carry their event ids as
+    Paddle instance ids (an in-memory dataset that parses them), and the dump writes them
+    beside each prediction."""
+    import paddle
+    from paddle.base import DatasetFactory
+
+    directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
+    files = [str(directory / p.file) for p in read_manifest(directory).parts]
+    mine = files[ctx.rank :: ctx.workers]
+    out = Path(ctx.cfg.paths.work_root) / "scores" / f"{pass_id}-{command_id}"
+    dump = out / f"dump-{ctx.rank}"
+    program = paddle.static.default_main_program()
+    point_dump(program, [ctx.graph.predict.name], dump)
+    try:
+        if mine:
+            dataset = DatasetFactory().create_dataset("InMemoryDataset")
+            dataset.set_use_var(ctx.graph.use_vars)
+            dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema, ins_id=True))
+            dataset.set_parse_ins_id(True)
+            dataset.set_batch_size(ctx.cfg.model.runner.batch_size)
+            dataset.set_thread(_threads(ctx, mine))
+            dataset.set_filelist(mine)
+            dataset.load_into_memory()
+            try:
+                ctx.exe.infer_from_dataset(program=program, dataset=dataset, debug=False)
+            finally:
+                dataset.release_memory()
+    finally:
+        point_dump(program, [], None)
+    ids, (predictions,) = read_dump_with_ids(dump, 1)
+    shutil.rmtree(dump)
+    path = out / f"worker-{ctx.rank}.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "event_id": [unquote(i) for i in ids],
+                "p_click": predictions.astype(np.float32),
+            }
+        ),
+        path,
+    )
+    return {"pass_id": pass_id, "rank": ctx.rank, "rows": len(ids), "predictions": str(path)}
+
+
 def done_in_model(ctx: WorkerContext, kind: str, pass_id: str) -> dict[str, Any] | None:
     """The stored result if the restored model already holds this command's effect: a
     pass at or before the newest save's pass, or a day whose daily save exists."""
@@ -411,33 +467,58 @@ def done_in_model(ctx: WorkerContext, kind: str, pass_id: str) -> dict[str, Any]
     return None
 
 
-def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
-    """The raw inference export: dense program on embeddings, sparse table, spec."""
-    from paddle.distributed import fleet
+def _save_dense_inference_model(ctx: WorkerContext, prefix: Path) -> None:
+    """Worker 0: the inference program (pooled embeddings + dense -> p) with the dense
+    tables as the servers hold them once settled. ``fleet.save_inference_model`` would also
+    make every server dump its whole sparse table, which the artifact takes from the
+    checkpoints instead (only the keys a pass touched)."""
+    import paddle
 
-    raw = Path(ctx.cfg.paths.work_root) / "exports" / f"{pass_id}-{command_id}"
+    dense_tables.settle()
+    program = paddle.static.default_main_program()
     graph = ctx.graph
-    feeds = list(graph.pooled.values()) + ([graph.dense_var] if graph.dense_var else [])
-    seconds: dict[str, float] = {}
-    with ctx.stage("save", seconds):
-        fleet.save_inference_model(ctx.exe, str(raw), feeds, [graph.predict], mode=0)
+    block = program.global_block()
+    feeds = [block.var(n) for n in graph.pooled.values()]
+    if graph.dense_var:
+        feeds.append(block.var(graph.dense_var))
+    paddle.static.save_inference_model(
+        str(prefix), feeds, [graph.predict], ctx.exe, program=program
+    )
 
-    def write_spec() -> None:
-        schema = ctx.cfg.feature_schema
+
+def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+    """The raw inference export of the model as trained through ``pass_id``: the dense
+    program and its parameters, and the checkpoint chain that holds the sparse table (the
+    artifact takes its embeddings from those saves)."""
+    if not ctx.chain or ctx.chain[-1].pass_id != pass_id:
+        raise ValueError(
+            f"export of {pass_id} asked, but the model's newest save is after "
+            f"{ctx.chain[-1].pass_id if ctx.chain else 'no pass'}: train {pass_id} first"
+        )
+    raw = Path(ctx.cfg.paths.work_root) / "exports" / f"{pass_id}-{command_id}"
+    seconds: dict[str, float] = {}
+
+    def write() -> None:
+        tmp = temp_dir_for(raw)
+        _save_dense_inference_model(ctx, tmp / EXPORT_MODEL_PREFIX)
         spec = {
             "export_version": EXPORT_VERSION,
             "pass_id": pass_id,
             "model": ctx.cfg.model.model,
-            "program_dir": "dnn_plugin",
-            "sparse_dirs": sorted(p.name for p in raw.iterdir() if p.is_dir() and p.name.isdigit()),
-            "slot_feeds": graph.pooled,
-            "dense_feed": graph.dense_var,
+            "model_prefix": EXPORT_MODEL_PREFIX,
+            "slot_feeds": ctx.graph.pooled,
+            "dense_feed": ctx.graph.dense_var,
             "embedding_dim": ctx.cfg.model.hyper_parameters.sparse_feature_dim,
             "saved_value_layout": saved_value_layout(ctx.cfg.model).to_dict(),
-            "feature_schema": schema.model_dump(mode="json"),
+            "feature_schema": ctx.cfg.feature_schema.model_dump(mode="json"),
+            "checkpoint_root": str(Path(ctx.cfg.paths.checkpoint_root)),
+            "chain": [i.model_dump(mode="json", exclude={"train"}) for i in ctx.chain],
+            "trained_at": (ctx.chain[-1].train or {}).get("trained_at"),
         }
-        write_text_atomic(raw / EXPORT_SPEC, json.dumps(spec, indent=2))
-        (raw / "_SUCCESS").touch()
+        write_text_atomic(tmp / EXPORT_SPEC, json.dumps(spec, indent=2))
+        (tmp / "_SUCCESS").touch()
+        publish_dir(tmp, raw)
 
-    ctx.leader_only(write_spec)
+    with ctx.stage("save", seconds):
+        ctx.leader_only(write)
     return {"pass_id": pass_id, "raw_export": str(raw), "seconds": seconds}

@@ -1,7 +1,8 @@
 """Wide&Deep and DeepFM on the real cluster: they learn the synthetic stream, and the
 artifact exported after pass 1 scores pass 2 as the cluster did before training on it: the
 single-process metrics of the artifact's scores equal the cluster's all-reduced ones (the
-serving path handles every model; the distributed metrics are those of one process)."""
+serving path handles every model; the distributed metrics are those of one process), and
+its ONNX export scores the same on onnxruntime."""
 
 from __future__ import annotations
 
@@ -43,3 +44,7 @@ def test_model_learns_and_serves_like_the_cluster(make_config, build_passes, mod
     assert single["count"] == scored["test"]["count"]
     for name, value in single.items():  # float32 inference on both sides, summed differently
         assert scored["test"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    # the ONNX twin of the dense program scores the same events on onnxruntime
+    assert manifest["onnx"]["file"] == "model.onnx", manifest["onnx"]
+    onnx = Predictor(predictor.directory, predictor.embeddings, runtime="onnx")
+    np.testing.assert_allclose(onnx.score(events), scores, rtol=0, atol=1e-5)

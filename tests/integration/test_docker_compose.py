@@ -26,7 +26,7 @@ AIRFLOW_COMMANDS = {
     "airflow-dag-processor": ["airflow", "dag-processor"],
     "airflow-triggerer": ["airflow", "triggerer"],
 }
-ONE_SHOT = {"airflow-init", "serving"}
+ONE_SHOT = {"airflow-init"}
 
 
 def _example_vars(repo: Path) -> dict[str, str]:
@@ -52,7 +52,7 @@ def _compose_config(
     empty.write_text("")
     compose = str(repo / "docker-compose.yml")
     return subprocess.run(
-        [exe, "--env-file", str(empty), "-f", compose, "--profile", "serving", "config"],
+        [exe, "--env-file", str(empty), "-f", compose, "config"],
         capture_output=True,
         text=True,
         env=env,
@@ -128,7 +128,7 @@ def test_compose_file_is_valid_and_complete(repo: Path, tmp_path: Path) -> None:
     redis_cmd = services["redis"]["command"]
     assert redis_cmd[redis_cmd.index("--requirepass") + 1] == secrets["REDIS_PASSWORD"]
     assert services["pass-builder"]["command"][:2] == ["streamrec", "build-passes"]
-    assert services["serving"]["command"][:2] == ["streamrec", "predict"]
+    assert services["serving"]["command"][:2] == ["streamrec", "serve"]
     assert services["pass-builder"]["depends_on"]["kafka"] == {"condition": "service_healthy"}
     for name in ("trainer-0", "trainer-1", "serving"):
         assert services[name]["depends_on"]["redis"] == {"condition": "service_healthy"}

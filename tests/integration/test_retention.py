@@ -29,7 +29,7 @@ FIRST = "202601010000"
 def pipeline(make_config, build_passes) -> dict[str, Any]:
     cfg = make_config(
         checkpoints={"keep_bases": 1},
-        retention={"artifacts_keep": 2, "slices_days": 1, "passes_days": 7, "redis_days": 30},
+        retention={"artifacts_keep": 1, "slices_days": 1, "passes_days": 7, "redis_days": 30},
         synthetic={"events_per_pass": 500},
     )
     build_passes(cfg, FIRST, 4)
@@ -58,11 +58,15 @@ def pipeline(make_config, build_passes) -> dict[str, Any]:
         (Path(cfg.paths.work_root) / "exports" / f"{p}-cmd").mkdir(parents=True)
     registry = registry_for(cfg)
     model_dir = Path(cfg.paths.model_root) / cfg.model.model
+    parents = {passes[3]: passes[2]}  # the newest is a delta on the third: both are kept
     for p in passes:
         (model_dir / p).mkdir(parents=True)
-        (model_dir / p / "MANIFEST.json").write_text(json.dumps({"version": p}))
+        sparse = {"kind": "delta" if p in parents else "full", "parent": parents.get(p)}
+        (model_dir / p / "MANIFEST.json").write_text(json.dumps({"version": p, "sparse": sparse}))
         registry.register({"version": p})
         registry.promote(p)
+        r.hset(keys.sparse_layers(cfg.model.model), p, json.dumps(sparse))  # Redis store
+        r.hset(keys.sparse_layer(cfg.model.model, p), "k", "v")
     registry.rollback(passes[0])  # the oldest serves again: it must be kept
     return {"cfg": cfg, "config": dump_config(cfg, root.parent / "p.yaml"), "passes": passes}
 
@@ -93,7 +97,8 @@ def test_dry_run_lists_what_goes_and_deletes_nothing(pipeline: dict[str, Any]) -
     assert _planned(result, "slice") == set(passes[:3])  # the newest slice is a resume point
     assert _planned(result, "checkpoint") == {f"{passes[0]}-base", f"{passes[1]}-delta"}
     assert _planned(result, "raw-export") == {f"{p}-cmd" for p in passes[:2]}
-    assert _planned(result, "artifact") == {passes[1]}  # newest two kept, and the serving one
+    # kept: the newest, the version it builds on, and the serving one
+    assert _planned(result, "artifact") == {passes[1]}
     redis_targets = {d["target"] for d in result["deletions"] if d["kind"] == "redis"}
     keys = RedisKeys(cfg.name)
     assert {keys.pass_status(p) for p in passes[:3]} <= redis_targets
@@ -122,6 +127,8 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert registry.versions() == [passes[0], passes[2], passes[3]]
     assert registry.serving_version() == passes[0]
     r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    assert sorted(r.hkeys(keys.sparse_layers(cfg.model.model))) == registry.versions()
+    assert not r.exists(keys.sparse_layer(cfg.model.model, passes[1]))
     assert not any(r.exists(keys.done("train", p)) for p in passes[:3])
     assert r.exists(keys.pass_status(pass_id_at(datetime.now(UTC))))  # recent: kept
     assert [fields["id"] for _, fields in r.xrange(keys.commands)] == ["new"]

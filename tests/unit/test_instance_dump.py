@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainers.instance_dump import read_dump
+from trainers.instance_dump import read_dump, read_dump_with_ids
 from trainers.metrics import STAT_NAMES, bucketize, metrics_from_stats, stats_from_predictions
 
 
@@ -50,3 +50,13 @@ def test_stats_from_predictions_match_the_graph_accumulators_formulas() -> None:
     m = metrics_from_stats(pos, neg, sums)
     assert m.copc == pytest.approx(y.sum() / p.sum(), abs=1e-9)
     assert m.rmse == pytest.approx(np.sqrt(np.mean((y - p) ** 2)), abs=1e-9)
+
+
+def test_dumps_with_instance_ids_pair_each_value_with_its_row(tmp_path: Path) -> None:
+    ids = ["imp%201", "imp-2", "imp%253"]  # as the pipe reader escapes them
+    lines = [f"{i}\t\tsigmoid_0.tmp_0:1:{p}" for i, p in zip(ids, [0.25, 0.5, 0.75], strict=True)]
+    (tmp_path / "part-000-00000").write_text("\n".join(lines[:2]) + "\n")
+    (tmp_path / "part-000-00001").write_text(lines[2] + "\n")
+    got_ids, (scores,) = read_dump_with_ids(tmp_path, 1)
+    assert got_ids.tolist() == ids
+    assert scores.tolist() == [0.25, 0.5, 0.75]

@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -101,3 +102,19 @@ assert not heavy, f"the pipe reader imported {{heavy}}"
     subprocess.run([sys.executable, "-c", probe], check=True)
     argv = shlex.split(pipe_command(shipped_config.feature_schema))
     assert argv[:3] == [sys.executable, "-m", "streaming.pipe_reader"]
+
+
+def test_instance_ids_survive_paddle_whitespace_splitting(shipped_config: PipelineConfig) -> None:
+    table = _table(shipped_config)
+    table = table.set_column(
+        table.schema.get_field_index("event_id"),
+        "event_id",
+        pa.array(["a b%c\td"] + [f"id{i}" for i in range(1, table.num_rows)]),
+    )
+    lines = multislot_text(table, shipped_config.feature_schema, ins_id=True).decode().splitlines()
+    plain = multislot_text(table, shipped_config.feature_schema).decode().splitlines()
+    first = lines[0].split(" ")
+    assert first[:2] == ["1", "a%20b%25c%09d"]
+    assert unquote(first[1]) == "a b%c\td"
+    assert [line.split(" ", 2)[2] for line in lines] == plain
+    assert pipe_command(shipped_config.feature_schema, ins_id=True).endswith(" --ins-id")

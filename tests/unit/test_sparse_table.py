@@ -1,4 +1,5 @@
-"""Reading the servers' saved sparse table: columns by layout, lookups, bad shards."""
+"""Reading the servers' saved sparse table (columns by layout, lookups, bad shards) and
+merging saves and versions: newest value wins, layered tables read like a replay."""
 
 from __future__ import annotations
 
@@ -7,9 +8,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from serving_export.errors import ExportInvalid
-from serving_export.sparse_table import read_saved_table
+from serving_export.sparse_table import (
+    LayeredEmbeddings,
+    SparseEmbeddings,
+    newest_wins,
+    read_save,
+    read_saved_table,
+)
 from streamrec.config import ModelConfig
 from trainers.strategy import saved_value_layout
 
@@ -64,3 +73,61 @@ def test_layout_follows_the_sgd_rule(shipped_config, rule: str, embedx_col: int)
     )
     layout = saved_value_layout(model)
     assert (layout.embed_w_column, layout.embedx_w_column, layout.embedx_dim) == (6, embedx_col, 8)
+
+
+def _table(keys: list[int], fill: list[float]) -> SparseEmbeddings:
+    values = np.array([[v, v] for v in fill], dtype=np.float32).reshape(-1, 2)
+    return SparseEmbeddings(np.array(keys, dtype=np.uint64), values)
+
+
+def test_newest_wins_merges_in_order() -> None:
+    merged = newest_wins(
+        [_table([1, 5, 9], [1, 5, 9]), _table([5, 7], [50, 70]), _table([9], [90])]
+    )
+    assert merged.keys.tolist() == [1, 5, 7, 9]
+    assert merged.values[:, 0].tolist() == [1, 50, 70, 90]
+
+
+@given(
+    st.lists(
+        st.dictionaries(st.integers(0, 50), st.floats(-1, 1, width=32), max_size=30),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_layered_table_equals_a_dict_of_newest_values(updates: list[dict[int, float]]) -> None:
+    """Applying deltas (with compaction at any point) reads like replaying them into a dict."""
+
+    def as_table(update: dict[int, float]) -> SparseEmbeddings:
+        keys = sorted(update)
+        return _table(keys, [update[k] for k in keys])
+
+    oracle = dict(updates[0])
+    layered = LayeredEmbeddings.of(as_table(updates[0]), compact_ratio=0.3)
+    for update in updates[1:]:
+        layered = layered.apply(as_table(update))
+        oracle.update(update)
+    probe = np.arange(0, 60, dtype=np.uint64)
+    expected = np.array([[oracle.get(k, 0.0)] * 2 for k in range(60)], dtype=np.float32)
+    np.testing.assert_array_equal(layered.lookup(probe), expected)
+    assert len(layered) == len(oracle)
+
+
+def test_overlay_is_folded_into_the_base_when_it_outgrows_it() -> None:
+    base = _table(list(range(100)), [0.0] * 100)
+    small = LayeredEmbeddings.of(base, compact_ratio=0.25).apply(_table([1, 2], [1, 2]))
+    assert len(small.overlay.keys) == 2 and len(small.base.keys) == 100
+    big = small.apply(_table(list(range(100, 130)), [1.0] * 30))
+    assert len(big.overlay.keys) == 0 and len(big.base.keys) == 130
+
+
+def test_read_save_finds_the_sparse_table_beside_a_dense_one(tmp_path: Path) -> None:
+    (tmp_path / "000").mkdir()
+    (tmp_path / "001").mkdir()
+    _shard(tmp_path / "000" / "part-000-00000.gz", [_line(3, 0.25, (1.0, 2.0))])
+    (tmp_path / "001" / "part-000.gz").write_bytes(gzip.compress(b"0.1 0.2\n"))  # dense
+    table = read_save(tmp_path, LAYOUT)
+    assert table.keys.tolist() == [3]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert len(read_save(empty, LAYOUT).keys) == 0

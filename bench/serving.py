@@ -1,0 +1,293 @@
+"""Serving: latency over HTTP with each sparse store, throughput, and delivery of a delta
+against a full version of the same model with over a million keys in its table.
+
+1. A real cluster trains three synthetic passes: a big one with heavy-tailed ids (the
+   table grows past ``--min-keys``), then two small ones. The third pass's model is
+   delivered twice: as a delta on the second's version, and as a full version (packaged
+   into an empty model root and a fresh Redis key space). Delivery = packaging the artifact
+   from the checkpoint saves + writing its embeddings to Redis; the in-process store's
+   rebuild (what a running service does before its swap) is timed beside it.
+2. `streamrec serve` runs the delta version, once per sparse store. One client on a
+   keep-alive connection sends ``--requests`` requests of 1 event and a tenth as many of 256
+   (events of the third pass, so lookups hit); then ``--clients`` clients send batch-1
+   requests for ``--seconds``. The baseline is the same Predictor called in-process (no
+   HTTP, no JSON): the ratio says what the service adds.
+
+    .venv/bin/python bench/serving.py [--big-rows 700000] [--small-rows 20000]
+
+Ends with ``RESULT p99_ms_batch1``, ``RESULT p99_ms_batch1_redis`` and
+``RESULT delta_over_full``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pyarrow.parquet as pq
+from machine import hardware_line
+from pipeline import bench_config, build, section
+
+from serving_export import delivery
+from serving_export.predictor import Predictor
+from serving_export.sparse_store import InProcessStore
+from streamrec.config import PipelineConfig, dump_config
+from streamrec.local_services import free_port, local_services
+from streamrec.passes import pass_dir, read_manifest
+from trainers.launcher import LocalCluster
+
+STREAMREC = str(Path(sys.executable).parent / "streamrec")
+BIG_FIRST, SMALL_FIRST = "202601010000", "202601010010"
+
+
+def _timed(step) -> tuple[Any, float]:
+    started = time.perf_counter()
+    value = step()
+    return value, time.perf_counter() - started
+
+
+def _deliver_timed(cfg: PipelineConfig, raw: str, decision) -> dict[str, float]:
+    manifest, package_s = _timed(lambda: delivery.publish(cfg, raw, decision))
+    result, deliver_s = _timed(lambda: delivery.deliver(cfg, manifest["version"]))
+    model_dir = Path(cfg.paths.model_root) / cfg.model.model
+    _, rebuild_s = _timed(lambda: InProcessStore(model_dir).embeddings_for(manifest["version"]))
+    return {
+        "kind": manifest["sparse"]["kind"],
+        "keys": manifest["sparse"]["keys"],
+        "table_keys": manifest["sparse"]["table_keys"],
+        "package_s": package_s,
+        "redis_s": result["redis"]["seconds"],
+        "deliver_s": deliver_s,
+        "total_s": package_s + deliver_s,
+        "inprocess_from_scratch_s": rebuild_s,
+    }
+
+
+def _inprocess_swap_s(cfg: PipelineConfig, parent: str, version: str) -> float:
+    """What a running in-process service spends on a new version: apply it to the parent."""
+    store = InProcessStore(Path(cfg.paths.model_root) / cfg.model.model)
+    store.embeddings_for(parent)
+    return _timed(lambda: store.embeddings_for(version))[1]
+
+
+def train_and_deliver(root: Path, services, big_rows: int, small_rows: int) -> dict[str, Any]:
+    heavy = {"cardinality": {"user_id": 50_000_000, "item_id": 50_000_000}, "zipf_a": 1.05}
+    cfg = bench_config(services, root, "serving", small_rows, **heavy)
+    cfg = section(cfg, "checkpoints", base_every_passes=100)
+    cfg = section(cfg, "gate", min_auc=0.0, max_auc_drop=1.0, min_rows=1)
+    cfg = section(cfg, "serving", sparse_store="redis")
+    big = section(cfg, "synthetic", events_per_pass=big_rows)
+    print(f"building passes: 1 x {big_rows} rows, 2 x {small_rows} rows", flush=True)
+    first = build(big, 1, BIG_FIRST)
+    second, third = build(cfg, 2, SMALL_FIRST)
+    config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    with LocalCluster(cfg, config) as cluster:
+        c = cluster.client
+        for pass_id in (first, second):
+            print(f"training {pass_id}", flush=True)
+            trained = c.train(pass_id)
+        decision = delivery.evaluate(cfg, trained)
+        delivery.deliver(
+            cfg, delivery.publish(cfg, c.export(second)["raw_export"], decision)["version"]
+        )
+        trained = c.train(third)
+        raw = c.export(third)["raw_export"]
+    decision = delivery.evaluate(cfg, trained)
+    print("delivering the third pass as a delta, then as a full version", flush=True)
+    delta = _deliver_timed(cfg, raw, decision)
+    delta["inprocess_swap_s"] = _inprocess_swap_s(cfg, second, third)
+    full_cfg = section(
+        cfg.model_copy(update={"name": "serving-full"}), "paths", model_root=root / "full-models"
+    )
+    full = _deliver_timed(full_cfg, raw, decision)
+    return {"cfg": cfg, "config": config, "version": third, "delta": delta, "full": full}
+
+
+def _events(cfg: PipelineConfig, pass_id: str) -> list[dict[str, Any]]:
+    directory = pass_dir(cfg.paths.data_root, pass_id)
+    schema = cfg.feature_schema
+    table = pq.read_table(directory / read_manifest(directory).parts[0].file).to_pylist()
+    return [
+        {
+            "sparse": {s.name: row[s.name] for s in schema.sparse},
+            "dense": {d.name: row[d.name] for d in schema.dense},
+        }
+        for row in table
+    ]
+
+
+class Client:
+    """One keep-alive HTTP connection."""
+
+    def __init__(self, port: int) -> None:
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def predict(self, body: bytes) -> float:
+        started = time.perf_counter()
+        self._conn.request("POST", "/predict", body, {"content-type": "application/json"})
+        response = self._conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"/predict answered {response.status}")
+        return time.perf_counter() - started
+
+
+def _percentiles(seconds: list[float]) -> tuple[float, float]:
+    ms = np.array(seconds) * 1000
+    return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
+
+
+def measure_service(
+    config: Path,
+    store: str,
+    version: str,
+    events: list[dict],
+    requests: int,
+    clients: int,
+    seconds: float,
+    work: Path,
+) -> dict[str, Any]:
+    port = free_port()
+    log = open(work / f"serve-{store}.log", "w")  # noqa: SIM115  closed below
+    proc = subprocess.Popen(
+        [STREAMREC, "serve", "--config", str(config), "--port", str(port), "--sparse-store", store],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                conn.request("GET", "/readyz")
+                body = json.loads(conn.getresponse().read() or b"{}")
+                if body.get("version") == version:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"streamrec serve ({store}) did not get ready: see {log.name}")
+            time.sleep(0.2)
+        one = [json.dumps({"events": [e]}).encode() for e in events[:requests]]
+        many = [
+            json.dumps({"events": events[i : i + 256]}).encode()
+            for i in range(0, 256 * max(1, requests // 10), 256)
+        ]
+        client = Client(port)
+        for body in one[:100]:  # warm-up
+            client.predict(body)
+        batch1 = [client.predict(body) for body in one]
+        batch256 = [client.predict(many[i % len(many)]) for i in range(max(1, requests // 10))]
+        done = threading.Event()
+        counts = [0] * clients
+
+        def hammer(i: int) -> None:
+            c = Client(port)
+            while not done.is_set():
+                c.predict(one[(counts[i] * 7 + i) % len(one)])
+                counts[i] += 1
+
+        threads = [threading.Thread(target=hammer, args=(i,)) for i in range(clients)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds)
+        done.set()
+        for t in threads:
+            t.join()
+        rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+        return {
+            "batch1": _percentiles(batch1),
+            "batch256": _percentiles(batch256),
+            "throughput_rps": sum(counts) / seconds,
+            "rss_mib": rss,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def library_baseline(cfg: PipelineConfig, version: str, events: list[dict], n: int) -> float:
+    """p50 ms of Predictor.score on one event, in this process (no HTTP, no JSON)."""
+    predictor = Predictor(Path(cfg.paths.model_root) / cfg.model.model / version)
+    for e in events[:100]:
+        predictor.score([e])
+    times = [_timed(lambda e=e: predictor.score([e]))[1] for e in events[:n]]
+    return _percentiles(times)[0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--big-rows", type=int, default=700_000, help="rows of the big pass")
+    parser.add_argument("--small-rows", type=int, default=20_000, help="rows of a small pass")
+    parser.add_argument("--min-keys", type=int, default=1_000_000, help="table size wanted")
+    parser.add_argument("--requests", type=int, default=3000, help="batch-1 requests timed")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent clients")
+    parser.add_argument("--seconds", type=float, default=10, help="throughput run length")
+    args = parser.parse_args()
+    print(hardware_line(), flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
+        root = Path(tmp)
+        with local_services(root / "services") as services:
+            run = train_and_deliver(root, services, args.big_rows, args.small_rows)
+            delta, full = run["delta"], run["full"]
+            print(f"\ntable: {full['table_keys']} keys; the third pass changed {delta['keys']}")
+            if full["table_keys"] < args.min_keys:
+                print(f"WARNING: table below {args.min_keys} keys: raise --big-rows")
+            print(
+                f"{'delivery':<10}{'keys':>10}{'package s':>11}{'redis s':>9}{'total s':>9}"
+                f"{'in-process build s':>20}"
+            )
+            for name, d in (("delta", delta), ("full", full)):
+                build_s = d.get("inprocess_swap_s", d["inprocess_from_scratch_s"])
+                print(
+                    f"{name:<10}{d['keys']:>10}{d['package_s']:>11.3f}{d['redis_s']:>9.3f}"
+                    f"{d['total_s']:>9.3f}{build_s:>20.3f}"
+                )
+            cfg, version = run["cfg"], run["version"]
+            events = _events(cfg, version)
+            baseline = library_baseline(cfg, version, events, 1000)
+            results = {
+                store: measure_service(
+                    run["config"],
+                    store,
+                    version,
+                    events,
+                    args.requests,
+                    args.clients,
+                    args.seconds,
+                    root,
+                )
+                for store in ("inprocess", "redis")
+            }
+    print(f"\nPredictor.score in-process, 1 event: p50 {baseline:.3f} ms (baseline)")
+    print(
+        f"{'store':<10}{'b1 p50':>8}{'b1 p99':>8}{'b256 p50':>10}{'b256 p99':>10}"
+        f"{'req/s x' + str(args.clients):>12}{'RSS MiB':>9}{'p50/base':>9}"
+    )
+    for store, r in results.items():
+        print(
+            f"{store:<10}{r['batch1'][0]:>8.2f}{r['batch1'][1]:>8.2f}{r['batch256'][0]:>10.2f}"
+            f"{r['batch256'][1]:>10.2f}{r['throughput_rps']:>12.0f}{r['rss_mib']:>9.0f}"
+            f"{r['batch1'][0] / baseline:>9.1f}"
+        )
+    ratio = delta["total_s"] / full["total_s"]
+    print(f"\ndelta delivery {delta['total_s']:.3f} s vs full {full['total_s']:.3f} s")
+    print(f"RESULT p99_ms_batch1 {results['inprocess']['batch1'][1]:.3f}")
+    print(f"RESULT p99_ms_batch1_redis {results['redis']['batch1'][1]:.3f}")
+    print(f"RESULT delta_over_full {ratio:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

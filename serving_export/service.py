@@ -1,0 +1,388 @@
+"""The online predictor service: ``streamrec serve``.
+
+    POST /predict   {"events": [{"event_id"?, "sparse": {...}, "dense": {...}}, ...]}
+                    -> {"version", "p_click": [...], "event_ids": [...]}
+    GET  /healthz   the process answers
+    GET  /readyz    200 once a verified version is loaded, 503 before
+    GET  /version   what serves: version, its freshness, sparse kind
+    GET  /metrics   Prometheus text
+
+FastAPI on uvicorn: the ASGI stack the Python serving ecosystem runs on (and the one
+Airflow already brings), with Starlette's thread pool for the blocking Paddle call.
+
+A follower thread reads the registry's serving pointer every ``serving.poll_seconds``;
+when it names another version (a delivery or a rollback) the thread builds that version's
+``Predictor`` (embeddings from the store, Paddle predictors) off the request path and
+swaps one reference. A request reads that reference once, so it is scored by exactly one
+version and never waits for a swap. A version that fails to load is logged and counted;
+the old one keeps serving and the next poll tries again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from collections import deque
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import redis
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from starlette.concurrency import run_in_threadpool
+
+from serving_export.predictor import Predictor
+from serving_export.registry import ModelRegistry
+from serving_export.sparse_store import InProcessStore, RedisStore
+from streaming.errors import MalformedEvent
+from streaming.events import feature_row
+from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, load_config
+from streamrec.errors import ConfigError, StreamrecError
+from streamrec.logs import setup_logging
+
+log = logging.getLogger(__name__)
+
+EVENT_FIELDS = frozenset({"event_id", "event_time", "label", "sparse", "dense"})
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1)
+
+
+class ServingMetrics:
+    """The service's Prometheus metrics, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "streamrec_serving_requests",
+            "HTTP requests by endpoint and status.",
+            ["endpoint", "code"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "streamrec_serving_predict_seconds",
+            "Time to answer /predict.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.events = Counter("streamrec_serving_events", "Events scored.", registry=r)
+        self.version = Gauge(
+            "streamrec_serving_version", "1 for the version serving now.", ["version"], registry=r
+        )
+        self.version_age = Gauge(
+            "streamrec_serving_version_age_seconds",
+            "Now minus the event-time end of the serving version's pass (its freshness).",
+            registry=r,
+        )
+        self.swaps = Counter("streamrec_serving_swaps", "Versions swapped in.", registry=r)
+        self.load_failures = Counter(
+            "streamrec_serving_load_failures", "Versions that failed to load.", registry=r
+        )
+        self.load_seconds = Gauge(
+            "streamrec_serving_load_seconds", "Time the last swap took to build.", registry=r
+        )
+
+
+def window_end(manifest: dict[str, Any]) -> float | None:
+    """Epoch seconds of the event-time end of a version's pass, when it records one."""
+    end = manifest.get("freshness", {}).get("window_end")
+    return datetime.fromisoformat(end).timestamp() if end else None
+
+
+class ServingState:
+    """The version serving now; replaced whole, never changed in place."""
+
+    def __init__(self) -> None:
+        self.current: Predictor | None = None
+        self.loaded_at: float | None = None
+        self.served_at: str | None = None  # when the registry made it serve
+        # (version, just before, just after its swap): a request that read the reference
+        # between two swaps was scored by the version between them
+        self.swaps: deque[tuple[str, float, float]] = deque(maxlen=100)
+
+    def swap(self, predictor: Predictor, served_at: str | None) -> None:
+        before = time.time()
+        self.current, self.served_at = predictor, served_at
+        self.loaded_at = time.time()
+        self.swaps.append((predictor.version, before, self.loaded_at))
+
+
+class VersionFollower:
+    """Follows the registry's serving pointer and swaps versions in."""
+
+    def __init__(
+        self,
+        registry: ModelRegistry,
+        store: InProcessStore | RedisStore,
+        state: ServingState,
+        metrics: ServingMetrics,
+        cfg: ServingConfig,
+    ) -> None:
+        self._registry = registry
+        self._store = store
+        self._state = state
+        self._metrics = metrics
+        self._cfg = cfg
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="version-follower", daemon=True)
+        self._failed: str | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def poll_once(self) -> None:
+        """Load the pointer's version if it is not the one serving."""
+        version = self._registry.serving_version()
+        current = self._state.current
+        if version is None or (current is not None and current.version == version):
+            return
+        started = time.perf_counter()
+        try:
+            embeddings = self._store.embeddings_for(version)
+            predictor = Predictor(
+                self._store.model_dir / version, embeddings, self._cfg.threads, self._cfg.runtime
+            )
+        except Exception as e:  # a bad version must not stop the one serving
+            self._metrics.load_failures.inc()
+            if self._failed != version:
+                log.error(
+                    "cannot load version %s, %s keeps serving: %s",
+                    version,
+                    current.version if current else "nothing",
+                    e,
+                )
+            self._failed = version
+            return
+        served_at = self._registry.manifest(version).get("freshness", {}).get("served_at")
+        self._state.swap(predictor, served_at)
+        self._failed = None
+        seconds = time.perf_counter() - started
+        self._metrics.swaps.inc()
+        self._metrics.load_seconds.set(seconds)
+        self._metrics.version.clear()
+        self._metrics.version.labels(version).set(1)
+        log.info(
+            "serving %s (was %s), built in %.3f s",
+            version,
+            current.version if current else "nothing",
+            seconds,
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.poll_once()
+            except Exception:  # Redis away: keep serving what is loaded, try again
+                log.exception("reading the serving pointer failed")
+            self._stop.wait(self._cfg.poll_seconds)
+
+
+def _error(code: int, reason: str, detail: str = "") -> JSONResponse:
+    return JSONResponse({"error": reason, "detail": detail}, status_code=code)
+
+
+class RequestRejected(Exception):
+    def __init__(self, code: int, reason: str, detail: str = "") -> None:
+        super().__init__(detail or reason)
+        self.response = _error(code, reason, detail)
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise RequestRejected(413, "body_too_large", f"the body must be at most {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise RequestRejected(413, "body_too_large", f"the body must be at most {limit} bytes")
+    return bytes(body)
+
+
+def parse_request(body: bytes, schema: SchemaConfig, max_events: int) -> tuple[list, list]:
+    """Feature rows and event ids of a /predict body; RequestRejected with the reason."""
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise RequestRejected(400, "bad_json", str(e)[:200]) from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+        raise RequestRejected(422, "bad_request", 'the body must be {"events": [...]}')
+    events = payload["events"]
+    if len(events) > max_events:
+        raise RequestRejected(413, "too_many_events", f"at most {max_events} events per request")
+    slots = {s.name for s in schema.sparse}
+    features = {d.name for d in schema.dense}
+    rows, ids = [], []
+    for i, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise RequestRejected(422, "not_an_object", f"events[{i}] must be a JSON object")
+        unknown = set(event) - EVENT_FIELDS
+        if unknown:
+            raise RequestRejected(422, "unknown_field", f"events[{i}]: {sorted(unknown)}")
+        sparse, dense = event.get("sparse", {}), event.get("dense", {})
+        if isinstance(sparse, dict) and set(sparse) - slots:
+            raise RequestRejected(
+                422, "unknown_slot", f"events[{i}].sparse: {sorted(set(sparse) - slots)}"
+            )
+        if isinstance(dense, dict) and set(dense) - features:
+            raise RequestRejected(
+                422, "unknown_feature", f"events[{i}].dense: {sorted(set(dense) - features)}"
+            )
+        try:
+            rows.append(feature_row(sparse, dense, schema))
+        except MalformedEvent as e:
+            raise RequestRejected(422, e.reason, f"events[{i}]: {e.detail}") from None
+        event_id = event.get("event_id")
+        ids.append(event_id if isinstance(event_id, str | int) else None)
+    return rows, ids
+
+
+def create_app(
+    cfg: ServingConfig, registry: ModelRegistry, store: InProcessStore | RedisStore
+) -> FastAPI:
+    """The service's ASGI app; its lifespan starts and stops the version follower."""
+    from contextlib import asynccontextmanager
+
+    state = ServingState()
+    metrics = ServingMetrics()
+    follower = VersionFollower(registry, store, state, metrics, cfg)
+
+    def age() -> float:
+        current = state.current
+        end = window_end(current.manifest) if current else None
+        return time.time() - end if end else float("nan")
+
+    metrics.version_age.set_function(age)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        follower.start()
+        yield
+        follower.stop()
+
+    app = FastAPI(title="streamrec predictor", lifespan=lifespan)
+    app.state.serving = state
+    app.state.follower = follower
+
+    @app.post("/predict")
+    async def predict(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            body = await _read_body(request, cfg.max_body_bytes)
+            predictor = state.current  # read once: this request's version, whatever swaps
+            if predictor is None:
+                raise RequestRejected(503, "not_ready", "no model version is loaded yet")
+            # parsing and scoring block: off the event loop, in one thread-pool hop
+            ids, scores = await run_in_threadpool(_score, predictor, body)
+        except RequestRejected as e:
+            metrics.requests.labels("predict", str(e.response.status_code)).inc()
+            return e.response
+        metrics.events.inc(len(ids))
+        metrics.requests.labels("predict", "200").inc()
+        metrics.latency.observe(time.perf_counter() - started)
+        return JSONResponse({"version": predictor.version, "p_click": scores, "event_ids": ids})
+
+    def _score(predictor: Predictor, body: bytes) -> tuple[list, list[float]]:
+        rows, ids = parse_request(body, predictor.schema, cfg.max_events)
+        try:
+            return ids, predictor.score_rows(rows).tolist()
+        except redis.RedisError as e:  # the Redis sparse store is away: retry elsewhere
+            raise RequestRejected(503, "sparse_store_unavailable", str(e)) from None
+
+    @app.get("/healthz")
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        current = state.current
+        if current is None:
+            return _error(503, "not_ready", "no model version is loaded yet")
+        return JSONResponse({"status": "ready", "version": current.version})
+
+    @app.get("/version")
+    def version() -> Response:
+        current = state.current
+        if current is None:
+            return _error(503, "not_ready", "no model version is loaded yet")
+        m = current.manifest
+        return JSONResponse(
+            {
+                "version": current.version,
+                "model": m["model"],
+                "sparse": m["sparse"],
+                "freshness": {**m.get("freshness", {}), "served_at": state.served_at},
+                "loaded_at": state.loaded_at,
+                "age_seconds": age(),
+                "swaps": list(state.swaps),
+            }
+        )
+
+    @app.get("/metrics")
+    def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="streamrec serve",
+        description="Serve the registry's model over HTTP, following deliveries and rollbacks.",
+    )
+    parser.add_argument("--config", required=True, type=Path, help="pipeline YAML (real Redis)")
+    parser.add_argument("--host", help="listen address (default: serving.host)")
+    parser.add_argument("--port", type=int, help="listen port (default: serving.port)")
+    parser.add_argument(
+        "--sparse-store", choices=["inprocess", "redis"], help="default: serving.sparse_store"
+    )
+    args = parser.parse_args(argv)
+    setup_logging()
+    try:
+        import uvicorn
+
+        from serving_export.delivery import registry_for, sparse_store_for
+
+        cfg = load_config(args.config)
+        if cfg.redis.url == EMBEDDED:
+            raise ConfigError(
+                f"{args.config}: redis.url is 'embedded': give the Redis the pipeline delivers to"
+            )
+        if args.sparse_store:
+            serving = cfg.serving.model_copy(update={"sparse_store": args.sparse_store})
+            cfg = cfg.model_copy(update={"serving": serving})
+        app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg))
+    except StreamrecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    host = args.host or cfg.serving.host
+    port = cfg.serving.port if args.port is None else args.port
+    log.info(
+        "streamrec serve on %s:%d: model %s, %s sparse store",
+        host,
+        port,
+        cfg.model.model,
+        cfg.serving.sparse_store,
+    )
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

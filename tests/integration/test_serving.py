@@ -1,0 +1,484 @@
+"""The online predictor service, through `streamrec serve` on real parts: a fleetrun cluster
+trains passes, versions are published (full, then deltas) and delivered to a real
+redis-server, and uvicorn services with both sparse stores follow the registry.
+
+- skew: the services' CTRs over HTTP equal the cluster's own inference on the same rows to
+  1e-5, for a full version and for one rebuilt from it + 3 deltas, with both stores (the
+  in-process one following deliveries and one started fresh on the delta version); the
+  version's ONNX export on onnxruntime too
+- hot swap under load: 4 client threads while 3 versions are delivered and one rollback
+  happens: no failed request, every answer names a version the service served during that
+  request and equals that version's own scores (no mix of versions)
+- Redis layers under concurrent reads: a version being written is never visible half-done
+- atomic delivery: `streamrec publish` + `streamrec deliver` SIGKILLed at random points;
+  the pointer always names a whole version and the services keep answering
+- hostile requests (hypothesis): 4xx with a reason, never 5xx, the service keeps serving
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from serving_export import delivery
+from serving_export.artifact import verify_artifact
+from serving_export.predictor import Predictor
+from serving_export.sparse_store import LayerMissing, RedisStore
+from streamrec.config import PipelineConfig, dump_config
+from streamrec.passes import pass_dir, read_manifest
+from streamrec.redis_keys import RedisKeys
+from trainers.launcher import LocalCluster, free_port
+
+FIRST = "202610010000"
+PASSES = [  # 8 windows of 10 minutes
+    (datetime(2026, 10, 1) + timedelta(minutes=10 * i)).strftime("%Y%m%d%H%M") for i in range(8)
+]
+STREAMREC = str(Path(sys.executable).parent / "streamrec")
+
+
+class Service:
+    """`streamrec serve` as a process, on its own port."""
+
+    def __init__(self, config: Path, store: str, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._log = open(log, "w")  # noqa: SIM115  closed in stop()
+        self.proc = subprocess.Popen(
+            [
+                STREAMREC,
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(self.port),
+                "--sparse-store",
+                store,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, log.read_text()
+            try:
+                if self.client.get("/healthz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise AssertionError(f"streamrec serve did not answer: {log.read_text()}")
+
+    def wait_for(self, version: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self.client.get("/readyz")
+            if r.status_code == 200 and r.json()["version"] == version:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{self.url} did not load {version}: {self.client.get('/readyz')}")
+
+    def predict(self, events: list[dict[str, Any]]) -> tuple[str, np.ndarray]:
+        r = self.client.post("/predict", json={"events": events})
+        assert r.status_code == 200, r.text
+        return r.json()["version"], np.array(r.json()["p_click"])
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:  # uvicorn shuts down gracefully, then re-raises the signal it caught
+            assert self.proc.wait(timeout=30) in (0, -signal.SIGTERM)
+        finally:
+            self.proc.kill()
+            self._log.close()
+            self.client.close()
+
+
+@dataclass
+class Stack:
+    cfg: PipelineConfig
+    config: Path
+    cluster: LocalCluster
+    batches: dict[str, Any]
+    services: dict[str, Service] = field(default_factory=dict)
+    trained: list[str] = field(default_factory=list)
+
+    def train_and_deliver(self, pass_id: str) -> dict[str, Any]:
+        trained = self.cluster.client.train(pass_id)
+        raw = self.cluster.client.export(pass_id)["raw_export"]
+        manifest = delivery.publish(self.cfg, raw, delivery.evaluate(self.cfg, trained))
+        delivery.deliver(self.cfg, manifest["version"])
+        self.trained.append(pass_id)
+        return manifest
+
+    def pass_events(self, pass_id: str) -> list[dict[str, Any]]:
+        """The rows of a pass as impression events."""
+        directory = pass_dir(self.cfg.paths.data_root, pass_id)
+        schema = self.cfg.feature_schema
+        return [
+            {
+                "event_id": row["event_id"],
+                "sparse": {s.name: row[s.name] for s in schema.sparse},
+                "dense": {d.name: row[d.name] for d in schema.dense},
+            }
+            for part in read_manifest(directory).parts
+            for row in pq.read_table(directory / part.file).to_pylist()
+        ]
+
+    def cluster_scores(self, pass_id: str, events: list[dict[str, Any]]) -> np.ndarray:
+        """The cluster's predictions for ``events`` (rows of ``pass_id``), in their order."""
+        by_id = {}
+        for result in self.cluster.client.score(pass_id):
+            table = pq.read_table(result["predictions"]).to_pydict()
+            by_id.update(zip(table["event_id"], table["p_click"], strict=True))
+        assert len(by_id) == len(events)
+        return np.array([by_id[e["event_id"]] for e in events])
+
+
+def _post_all(service: Service, events: list[dict[str, Any]]) -> tuple[set[str], np.ndarray]:
+    versions, scores = set(), []
+    for i in range(0, len(events), 500):
+        version, p = service.predict(events[i : i + 500])
+        versions.add(version)
+        scores.append(p)
+    return versions, np.concatenate(scores)
+
+
+@pytest.fixture(scope="module")
+def stack(make_config, build_passes) -> Iterator[Stack]:
+    cfg = make_config(
+        join={"mode": "label_in_impression"},
+        synthetic={"events_per_pass": 4000},
+        checkpoints={"base_every_passes": 4, "keep_bases": 3},
+        gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
+        serving={"sparse_store": "redis", "poll_seconds": 0.1},
+    )
+    batches = build_passes(cfg, FIRST, len(PASSES))
+    config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    with LocalCluster(cfg, config) as cluster:
+        s = Stack(cfg, config, cluster, batches)
+        logs = Path(cfg.paths.work_root)
+        try:
+            s.services["inprocess"] = Service(config, "inprocess", logs / "serve-inprocess.log")
+            s.services["redis"] = Service(config, "redis", logs / "serve-redis.log")
+            yield s
+        finally:
+            with ExitStack() as stops:  # every service is stopped, even if one fails to
+                for service in s.services.values():
+                    stops.callback(service.stop)
+
+
+def test_services_score_like_the_cluster_full_and_after_three_deltas(stack: Stack) -> None:
+    for svc in stack.services.values():  # nothing delivered yet: alive, not ready
+        assert svc.client.get("/healthz").status_code == 200
+        assert svc.client.get("/readyz").status_code == 503
+        assert svc.client.post("/predict", json={"events": [{}]}).status_code == 503
+
+    first = stack.train_and_deliver(PASSES[0])
+    assert first["sparse"]["kind"] == "full"
+    events = stack.pass_events(PASSES[0])
+    expected = stack.cluster_scores(PASSES[0], events)
+    for svc in stack.services.values():
+        svc.wait_for(PASSES[0])
+        versions, got = _post_all(svc, events)
+        assert versions == {PASSES[0]}
+        np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+
+    deltas = [stack.train_and_deliver(pass_id)["sparse"] for pass_id in PASSES[1:4]]
+    assert [d["kind"] for d in deltas] == ["delta"] * 3
+    # a mode-0 base does not reset the keys' delta scores: the first delta after it also
+    # carries the keys trained before the base (here, the whole young table); later ones
+    # only what their pass touched
+    assert all(d["keys"] < d["table_keys"] for d in deltas[1:]), deltas
+    manifest = {"sparse": deltas[-1]}
+    assert manifest["sparse"]["parent"] == PASSES[2]
+    events = stack.pass_events(PASSES[3])
+    expected = stack.cluster_scores(PASSES[3], events)
+    fresh = Service(stack.config, "inprocess", Path(stack.cfg.paths.work_root) / "fresh.log")
+    try:
+        for svc in [*stack.services.values(), fresh]:
+            svc.wait_for(PASSES[3])
+            versions, got = _post_all(svc, events)
+            assert versions == {PASSES[3]}
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+        onnx = Predictor(
+            Path(stack.cfg.paths.model_root) / stack.cfg.model.model / PASSES[3], runtime="onnx"
+        )
+        np.testing.assert_allclose(onnx.score(events), expected, rtol=0, atol=1e-5)
+        info = fresh.client.get("/version").json()
+        assert info["sparse"]["kind"] == "delta"
+        assert info["freshness"]["window_end"] == "2026-10-01T00:40:00+00:00"
+        assert info["freshness"]["served_at"] is not None
+        assert info["age_seconds"] > 0
+    finally:
+        fresh.stop()
+    layers = RedisStore.from_url(
+        stack.cfg.redis.url,
+        RedisKeys(stack.cfg.name),
+        stack.cfg.model.model,
+        Path(stack.cfg.paths.model_root) / stack.cfg.model.model,
+    ).written()
+    assert sorted(layers) == PASSES[:4]
+    assert [layers[v]["kind"] for v in PASSES[:4]] == ["full", "delta", "delta", "delta"]
+
+
+def _expected_by_version(stack: Stack, versions: list[str], events: list[dict]) -> dict:
+    model_dir = Path(stack.cfg.paths.model_root) / stack.cfg.model.model
+    return {v: Predictor(model_dir / v).score(events) for v in versions}
+
+
+def test_hot_swap_under_load_never_fails_or_mixes_versions(stack: Stack) -> None:
+    assert stack.trained == PASSES[:4], "runs after the skew test"
+    probe = stack.batches[PASSES[4]].events[:64]
+    answers: list[tuple[float, float, str, str, np.ndarray]] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def load(name: str, svc: Service) -> None:
+        client = httpx.Client(base_url=svc.url, timeout=30)
+        while not stop.is_set():
+            started = time.time()
+            try:
+                r = client.post("/predict", json={"events": probe})
+            except httpx.HTTPError as e:
+                failures.append(f"{name}: {e!r}")
+                continue
+            if r.status_code != 200:
+                failures.append(f"{name}: {r.status_code} {r.text}")
+                continue
+            body = r.json()
+            answers.append((started, time.time(), name, body["version"], np.array(body["p_click"])))
+        client.close()
+
+    threads = [
+        threading.Thread(target=load, args=(name, svc))
+        for name, svc in stack.services.items()
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for pass_id in PASSES[4:7]:
+            stack.train_and_deliver(pass_id)
+            time.sleep(1.0)
+        previous, switched = delivery.rollback(stack.cfg, PASSES[5])
+        assert (previous, switched) == (PASSES[6], True)
+        for svc in stack.services.values():
+            svc.wait_for(PASSES[5])
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not failures, failures[:5]
+    print(f"hot swap: {len(answers)} answers, versions {sorted({a[3] for a in answers})}")
+    assert len(answers) > 100
+    served = {
+        name: svc.client.get("/version").json()["swaps"] for name, svc in stack.services.items()
+    }
+    expected = _expected_by_version(stack, PASSES[3:7], probe)
+    seen = set()
+    for started, ended, name, version, scores in answers:
+        seen.add(version)
+        swaps = served[name]  # [version, before, after its swap], in order
+        spans = [  # a version serves from just before its swap to just after the next one
+            (v, before, swaps[i + 1][2] if i + 1 < len(swaps) else float("inf"))
+            for i, (v, before, _) in enumerate(swaps)
+        ]
+        assert any(
+            v == version and since <= ended and started <= until for v, since, until in spans
+        ), (
+            name,
+            version,
+            started,
+            ended,
+            swaps,
+        )
+        np.testing.assert_allclose(scores, expected[version], rtol=0, atol=1e-6)
+    assert seen == set(PASSES[3:7]), seen
+
+
+def test_redis_layer_being_written_is_never_read(stack: Stack) -> None:
+    store = RedisStore.from_url(
+        stack.cfg.redis.url,
+        RedisKeys(stack.cfg.name),
+        stack.cfg.model.model,
+        Path(stack.cfg.paths.model_root) / stack.cfg.model.model,
+    )
+    older, newer = PASSES[5], PASSES[6]
+    model_dir = store.model_dir
+    signs = np.concatenate(
+        [np.load(model_dir / v / "sparse" / "keys.npy") for v in (PASSES[0], newer)]
+    )
+    expected_older = store.embeddings_for(older).lookup(signs)
+    expected_newer = store.embeddings_for(newer).lookup(signs)
+    assert not np.array_equal(expected_older, expected_newer)
+    store.drop(newer)
+    errors: list[str] = []
+    done = threading.Event()
+    newer_views = 0
+
+    def read() -> None:
+        nonlocal newer_views
+        view = store.embeddings_for(older)
+        while not done.is_set():
+            if not np.array_equal(view.lookup(signs), expected_older):
+                errors.append("the older version changed while the newer was written")
+            try:
+                got = store.embeddings_for(newer).lookup(signs)
+            except LayerMissing:
+                continue
+            newer_views += 1
+            if not np.array_equal(got, expected_newer):
+                errors.append("a view of the newer version saw it half-written")
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for t in readers:
+        t.start()
+    time.sleep(0.2)
+    store.push(newer)
+    time.sleep(0.5)
+    done.set()
+    for t in readers:
+        t.join()
+    assert not errors, errors[:3]
+    assert newer_views > 0
+
+
+def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
+    """`streamrec publish` + `streamrec deliver` killed at random points, five times: the
+    pointer always names a whole version with its Redis layers, the services keep serving."""
+    pass_id = PASSES[7]
+    trained = stack.cluster.client.train(pass_id)
+    delivery.evaluate(stack.cfg, trained)
+    raw = stack.cluster.client.export(pass_id)["raw_export"]
+    svc = stack.services["redis"]
+    probe = stack.batches[pass_id].events[:8]
+    rng = random.Random(11)
+    store = RedisStore.from_url(
+        stack.cfg.redis.url,
+        RedisKeys(stack.cfg.name),
+        stack.cfg.model.model,
+        Path(stack.cfg.paths.model_root) / stack.cfg.model.model,
+    )
+    script = (
+        f"{STREAMREC} publish --config {stack.config} --raw-export {raw} && "
+        f"{STREAMREC} deliver --config {stack.config} --version {pass_id}"
+    )
+    kills = 0
+    for attempt in range(12):
+        proc = subprocess.Popen(
+            ["bash", "-c", script],
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.2, 4.0))
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            kills += 1
+        proc.wait()
+        serving = delivery.registry_for(stack.cfg).serving_version()
+        verify_artifact(store.model_dir / serving)
+        store.embeddings_for(serving)  # raises LayerMissing when a layer is incomplete
+        version, _ = svc.predict(probe)
+        assert version in (PASSES[5], pass_id)
+        if kills >= 5 and attempt >= 5:
+            break
+        if serving == pass_id:  # finished before the kill: take the delivery back, again
+            shutil.rmtree(store.model_dir / pass_id)
+            delivery.rollback(stack.cfg, PASSES[5])
+            delivery.registry_for(stack.cfg).forget(pass_id)
+            store.drop(pass_id)
+    print(f"delivery: {kills} SIGKILLs in {attempt + 1} attempts")
+    assert kills >= 5
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    svc.wait_for(pass_id)
+
+
+HOSTILE_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+SLOT_VALUES = st.one_of(
+    st.text(max_size=8),
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.none(),
+    st.lists(st.text(max_size=4) | st.integers(), max_size=3),
+)
+
+
+@st.composite
+def hostile_bodies(draw) -> bytes:
+    kind = draw(st.sampled_from(["bytes", "json", "events", "event"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    if kind == "json":
+        return json.dumps(draw(HOSTILE_JSON)).encode()
+    if kind == "events":
+        return json.dumps({"events": draw(st.lists(HOSTILE_JSON, max_size=3))}).encode()
+    slots = ["user_id", "item_id", "category", "hour", "tags", "nope", ""]
+    event = {
+        "sparse": draw(st.dictionaries(st.sampled_from(slots), SLOT_VALUES, max_size=4)),
+        "dense": draw(
+            st.dictionaries(
+                st.sampled_from(["ctx_a", "ctx_b", "x"]),
+                st.integers() | st.floats() | st.text(max_size=3),
+                max_size=2,
+            )
+        ),
+    }
+    return json.dumps({"events": [event]}, allow_nan=True).encode()
+
+
+def test_hostile_requests_get_4xx_and_the_service_keeps_serving(stack: Stack) -> None:
+    svc = stack.services["inprocess"]
+    codes: dict[int, int] = {}
+
+    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(hostile_bodies())
+    def post(body: bytes) -> None:
+        r = svc.client.post("/predict", content=body, headers={"content-type": "application/json"})
+        codes[r.status_code] = codes.get(r.status_code, 0) + 1
+        assert r.status_code < 500, (body, r.text)
+        if r.status_code != 200:
+            assert r.json()["error"], r.text
+
+    post()
+    print(f"hostile requests: status codes {codes}")
+    assert any(400 <= c < 500 for c in codes), codes
+    big = b'{"events": [' + b"{}," * 3_000_000 + b"{}]}"
+    assert svc.client.post("/predict", content=big).status_code == 413
+    many = {"events": [{}] * (stack.cfg.serving.max_events + 1)}
+    assert svc.client.post("/predict", json=many).json()["error"] == "too_many_events"
+    unknown = svc.client.post("/predict", json={"events": [{"sparse": {"nope": "1"}}]})
+    assert (unknown.status_code, unknown.json()["error"]) == (422, "unknown_slot")
+    version, scores = svc.predict([{"sparse": {"user_id": "never-seen"}}])
+    assert version and np.isfinite(scores).all()
+    metrics = svc.client.get("/metrics").text
+    assert 'streamrec_serving_requests_total{code="422",endpoint="predict"}' in metrics
+    assert "streamrec_serving_version_age_seconds" in metrics

@@ -1,0 +1,90 @@
+"""Versions as full tables and deltas: which version a delta builds on, and rebuilding any
+version from its full ancestor (the in-process store reuses what it built last)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from serving_export.artifact import _parent, ancestors, lineage
+from serving_export.errors import ExportInvalid
+from serving_export.sparse_store import InProcessStore
+from streamrec.atomic_fs import sha256_file
+
+
+def _publish(
+    model_dir: Path, version: str, chain: list[str], parent: str | None, table: dict[int, float]
+) -> None:
+    d = model_dir / version
+    (d / "sparse").mkdir(parents=True)
+    keys = np.array(sorted(table), dtype=np.uint64)
+    np.save(d / "sparse" / "keys.npy", keys)
+    np.save(
+        d / "sparse" / "values.npy",
+        np.array([[table[k]] for k in sorted(table)], dtype=np.float32).reshape(-1, 1),
+    )
+    files = {f"sparse/{n}": sha256_file(d / "sparse" / n) for n in ("keys.npy", "values.npy")}
+    manifest = {
+        "version": version,
+        "chain": chain,
+        "embedding_dim": 1,
+        "files": files,
+        "sparse": {"kind": "delta" if parent else "full", "parent": parent},
+    }
+    (d / "MANIFEST.json").write_text(json.dumps(manifest))
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    m = tmp_path / "ctr_dnn"
+    _publish(m, "0100", ["0100-base"], None, {1: 1.0, 2: 2.0, 3: 3.0})
+    _publish(m, "0110", ["0100-base", "0110-delta"], "0100", {2: 20.0})
+    _publish(m, "0120", ["0100-base", "0110-delta", "0120-delta"], "0110", {3: 30.0, 4: 40.0})
+    return m
+
+
+def test_a_version_builds_on_the_newest_earlier_one_whose_chain_it_extends(model_dir) -> None:
+    assert (
+        _parent(model_dir, "0130", ["0100-base", "0110-delta", "0120-delta", "0130-delta"])[
+            "version"
+        ]
+        == "0120"
+    )
+    # a new base, or a chain from another lineage (a restored older save): full
+    assert _parent(model_dir, "0130", ["0130-base"]) is None
+    assert _parent(model_dir, "0130", ["0100-base", "0125-delta"]) is None
+    assert _parent(model_dir, "0050", ["0050-base"]) is None
+
+
+def test_lineage_runs_from_the_full_version(model_dir: Path) -> None:
+    assert [m["version"] for m in lineage(model_dir, "0120")] == ["0100", "0110", "0120"]
+    assert ancestors(model_dir, "0120") == ["0110", "0100"]
+    assert ancestors(model_dir, "0100") == []
+
+
+def test_in_process_store_rebuilds_any_version(model_dir: Path) -> None:
+    store = InProcessStore(model_dir)
+    probe = np.arange(6, dtype=np.uint64)
+    np.testing.assert_array_equal(
+        store.embeddings_for("0120").lookup(probe)[:, 0], [0, 1, 20, 30, 40, 0]
+    )
+    np.testing.assert_array_equal(  # a rollback to an ancestor: rebuilt from the full one
+        store.embeddings_for("0110").lookup(probe)[:, 0], [0, 1, 20, 3, 0, 0]
+    )
+    np.testing.assert_array_equal(
+        store.embeddings_for("0100").lookup(probe)[:, 0], [0, 1, 2, 3, 0, 0]
+    )
+
+
+def test_a_missing_or_corrupt_ancestor_is_an_error(model_dir: Path) -> None:
+    np.save(model_dir / "0110" / "sparse" / "keys.npy", np.array([9], dtype=np.uint64))
+    with pytest.raises(ExportInvalid, match="checksum"):
+        lineage(model_dir, "0120")
+    for f in (model_dir / "0110").rglob("*"):
+        if f.is_file():
+            f.unlink()
+    with pytest.raises(ExportInvalid):
+        lineage(model_dir, "0120")
