@@ -10,10 +10,11 @@ against a full version of the same model with over a million keys in its table.
 2. `streamrec serve` runs the delta version, once per sparse store. One client on a
    keep-alive connection sends ``--requests`` requests of 1 event and a tenth as many of 256
    (events of the third pass, so lookups hit); then ``--clients`` clients send batch-1
-   requests for ``--seconds``. The baseline is the same Predictor called in-process (no
-   HTTP, no JSON): the ratio says what the service adds.
+   requests for ``--seconds``. Then once more in-process with the ONNX runtime. The
+   baseline is the same Predictor called in-process (no HTTP, no JSON): the ratio says
+   what the service adds.
 
-    .venv/bin/python bench/serving.py [--big-rows 700000] [--small-rows 20000]
+    .venv/bin/python bench/serving.py [--big-rows 900000] [--small-rows 20000]
 
 Ends with ``RESULT p99_ms_batch1``, ``RESULT p99_ms_batch1_redis`` and
 ``RESULT delta_over_full``.
@@ -88,7 +89,7 @@ def train_and_deliver(root: Path, services, big_rows: int, small_rows: int) -> d
     cfg = section(cfg, "serving", sparse_store="redis")
     big = section(cfg, "synthetic", events_per_pass=big_rows)
     print(f"building passes: 1 x {big_rows} rows, 2 x {small_rows} rows", flush=True)
-    first = build(big, 1, BIG_FIRST)
+    (first,) = build(big, 1, BIG_FIRST)
     second, third = build(cfg, 2, SMALL_FIRST)
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     with LocalCluster(cfg, config) as cluster:
@@ -150,6 +151,7 @@ def _percentiles(seconds: list[float]) -> tuple[float, float]:
 def measure_service(
     config: Path,
     store: str,
+    runtime: str,
     version: str,
     events: list[dict],
     requests: int,
@@ -158,9 +160,10 @@ def measure_service(
     work: Path,
 ) -> dict[str, Any]:
     port = free_port()
-    log = open(work / f"serve-{store}.log", "w")  # noqa: SIM115  closed below
+    log = open(work / f"serve-{store}-{runtime}.log", "w")  # noqa: SIM115  closed below
+    argv = [STREAMREC, "serve", "--config", str(config), "--port", str(port)]
     proc = subprocess.Popen(
-        [STREAMREC, "serve", "--config", str(config), "--port", str(port), "--sparse-store", store],
+        [*argv, "--sparse-store", store, "--runtime", runtime],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -181,7 +184,7 @@ def measure_service(
         one = [json.dumps({"events": [e]}).encode() for e in events[:requests]]
         many = [
             json.dumps({"events": events[i : i + 256]}).encode()
-            for i in range(0, 256 * max(1, requests // 10), 256)
+            for i in range(0, len(events) - 255, 256)
         ]
         client = Client(port)
         for body in one[:100]:  # warm-up
@@ -228,7 +231,7 @@ def library_baseline(cfg: PipelineConfig, version: str, events: list[dict], n: i
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--big-rows", type=int, default=700_000, help="rows of the big pass")
+    parser.add_argument("--big-rows", type=int, default=900_000, help="rows of the big pass")
     parser.add_argument("--small-rows", type=int, default=20_000, help="rows of a small pass")
     parser.add_argument("--min-keys", type=int, default=1_000_000, help="table size wanted")
     parser.add_argument("--requests", type=int, default=3000, help="batch-1 requests timed")
@@ -258,9 +261,10 @@ def main() -> int:
             events = _events(cfg, version)
             baseline = library_baseline(cfg, version, events, 1000)
             results = {
-                store: measure_service(
+                f"{store}/{runtime}": measure_service(
                     run["config"],
                     store,
+                    runtime,
                     version,
                     events,
                     args.requests,
@@ -268,23 +272,27 @@ def main() -> int:
                     args.seconds,
                     root,
                 )
-                for store in ("inprocess", "redis")
+                for store, runtime in (
+                    ("inprocess", "paddle"),
+                    ("redis", "paddle"),
+                    ("inprocess", "onnx"),
+                )
             }
     print(f"\nPredictor.score in-process, 1 event: p50 {baseline:.3f} ms (baseline)")
     print(
-        f"{'store':<10}{'b1 p50':>8}{'b1 p99':>8}{'b256 p50':>10}{'b256 p99':>10}"
+        f"{'store/runtime':<17}{'b1 p50':>8}{'b1 p99':>8}{'b256 p50':>10}{'b256 p99':>10}"
         f"{'req/s x' + str(args.clients):>12}{'RSS MiB':>9}{'p50/base':>9}"
     )
     for store, r in results.items():
         print(
-            f"{store:<10}{r['batch1'][0]:>8.2f}{r['batch1'][1]:>8.2f}{r['batch256'][0]:>10.2f}"
+            f"{store:<17}{r['batch1'][0]:>8.2f}{r['batch1'][1]:>8.2f}{r['batch256'][0]:>10.2f}"
             f"{r['batch256'][1]:>10.2f}{r['throughput_rps']:>12.0f}{r['rss_mib']:>9.0f}"
             f"{r['batch1'][0] / baseline:>9.1f}"
         )
     ratio = delta["total_s"] / full["total_s"]
     print(f"\ndelta delivery {delta['total_s']:.3f} s vs full {full['total_s']:.3f} s")
-    print(f"RESULT p99_ms_batch1 {results['inprocess']['batch1'][1]:.3f}")
-    print(f"RESULT p99_ms_batch1_redis {results['redis']['batch1'][1]:.3f}")
+    print(f"RESULT p99_ms_batch1 {results['inprocess/paddle']['batch1'][1]:.3f}")
+    print(f"RESULT p99_ms_batch1_redis {results['redis/paddle']['batch1'][1]:.3f}")
     print(f"RESULT delta_over_full {ratio:.4f}")
     return 0
 

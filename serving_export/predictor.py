@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from serving_export.artifact import MODEL_PREFIX, ONNX_NAME, verify_artifact
 from serving_export.sparse_store import Embeddings, InProcessStore
 from streaming.events import feature_row
-from streaming.feature_signs import SIGN_VERSION, signs_of
+from streaming.feature_signs import SIGN_VERSION, signs_of_values
 from streamrec.config import SchemaConfig, load_config
 from streamrec.errors import StreamrecError
 from streamrec.logs import setup_logging
@@ -72,7 +71,9 @@ class OnnxDense:
         if not path.is_file():
             raise StreamrecError(f"{directory} has no {ONNX_NAME}: serve it with runtime paddle")
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
+        options.intra_op_num_threads = 1  # requests run concurrently: one thread each
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
 
@@ -124,7 +125,7 @@ class Predictor:
             values = [r[slot.name] for r in rows]
             lengths = np.array([len(v) for v in values]) if slot.multi else np.ones(len(rows), int)
             flat = [x for v in values for x in v] if slot.multi else values
-            signs.append(signs_of(slot.name, pa.array(flat, pa.string())))
+            signs.append(signs_of_values(slot.name, flat))
             bounds.append(lengths)
         emb = self.embeddings.lookup(np.concatenate(signs))
         feeds, start = {}, 0

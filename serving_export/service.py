@@ -352,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sparse-store", choices=["inprocess", "redis"], help="default: serving.sparse_store"
     )
+    parser.add_argument(
+        "--runtime", choices=["paddle", "onnx"], help="dense program runner (serving.runtime)"
+    )
     args = parser.parse_args(argv)
     setup_logging()
     try:
@@ -364,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(
                 f"{args.config}: redis.url is 'embedded': give the Redis the pipeline delivers to"
             )
-        if args.sparse_store:
-            serving = cfg.serving.model_copy(update={"sparse_store": args.sparse_store})
-            cfg = cfg.model_copy(update={"serving": serving})
+        overrides = {"sparse_store": args.sparse_store, "runtime": args.runtime}
+        serving = cfg.serving.model_copy(update={k: v for k, v in overrides.items() if v})
+        cfg = cfg.model_copy(update={"serving": serving})
         app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg))
     except StreamrecError as e:
         print(f"error: {e}", file=sys.stderr)

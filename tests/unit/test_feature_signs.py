@@ -7,7 +7,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streaming.feature_signs import feature_sign, signs_of
+from streaming.feature_signs import feature_sign, signs_of, signs_of_values
 
 
 def test_pinned_values_never_change() -> None:
@@ -31,3 +31,10 @@ def test_sliced_and_chunked_arrays() -> None:
     ]
     chunked = pa.chunked_array([["a", "bb"], ["a"]])
     assert signs_of("s", chunked).tolist() == [feature_sign("s", v) for v in ["a", "bb", "a"]]
+
+
+@given(st.lists(st.text(max_size=12), max_size=150), st.sampled_from(["user_id", "tags", "x"]))
+def test_serving_path_equals_the_vectorised_one(values: list[str], slot: str) -> None:
+    """Short lists take the plain loop, long ones the array path: the same signs."""
+    expected = signs_of(slot, pa.array(values, pa.string()))
+    np.testing.assert_array_equal(signs_of_values(slot, values), expected)
