@@ -3,7 +3,8 @@
 Three logical days of a stream with a heavy tail of one-off user ids (two 12-hour passes a
 day). After each day's last pass the cluster shrinks the table and saves it in mode 3, once
 per day even across a restart. With eviction on, the table stays bounded; with admission
-on, most one-off keys never enter it; mode-3 saves age the keys nobody sees."""
+on, most one-off keys never enter it; mode-3 saves age the keys nobody sees. The version
+published after each day's shrink is full: the keys it deleted leave serving too."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from serving_export import delivery
+from serving_export.quality_gate import GateDecision
+from serving_export.sparse_store import InProcessStore
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints, saved_column
@@ -30,6 +34,7 @@ class Lifecycle:
     cfg: PipelineConfig
     keys_after_pass: list[int]
     maintenance: list[dict]  # the three days' results
+    versions: list[dict]  # with ``publish``: each pass's artifact manifest, as the DAG makes it
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +47,9 @@ def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
     return cfg, list(build_passes(cfg, FIRST, 6))[:6]
 
 
-def _run(make_config, stream_cfg: PipelineConfig, passes: list[str], **table) -> Lifecycle:
+def _run(
+    make_config, stream_cfg: PipelineConfig, passes: list[str], publish: bool = False, **table
+) -> Lifecycle:
     cfg = make_config(join={"mode": "label_in_impression"}, passes={"pass_minutes": PASS_MINUTES})
     hp = cfg.model.hyper_parameters
     sparse = hp.sparse_table.model_copy(update=table)
@@ -52,14 +59,19 @@ def _run(make_config, stream_cfg: PipelineConfig, passes: list[str], **table) ->
     paths = cfg.paths.model_copy(update={"data_root": stream_cfg.paths.data_root})
     cfg = cfg.model_copy(update={"model": model, "paths": paths})
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
-    keys, maintenance = [], []
+    keys, maintenance, versions = [], [], []
     with LocalCluster(cfg, resolved) as cluster:
         for pass_id in passes:
-            keys.append(cluster.client.train(pass_id)["checkpoint"]["table_keys"])
+            trained = cluster.client.train(pass_id)
+            keys.append(trained["checkpoint"]["table_keys"])
             done = cluster.client.maintain_if_day_ends(pass_id, PASS_MINUTES)
             if done["maintenance"]:
                 maintenance.append(done)
-    return Lifecycle(cfg, keys, maintenance)
+            if publish:  # after maintenance, as the DAG's export task runs
+                raw = cluster.client.export(pass_id)["raw_export"]
+                passed = GateDecision(True, trained["test"]["auc"], None)
+                versions.append(delivery.publish(cfg, raw, passed))
+    return Lifecycle(cfg, keys, maintenance, versions)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +113,12 @@ def test_eviction_bounds_the_table_and_admission_keeps_one_off_keys_out(
 ) -> None:
     stream_cfg, passes = stream
     evicting = _run(
-        make_config, stream_cfg, passes, delete_threshold=0.25, delete_after_unseen_days=1
+        make_config,
+        stream_cfg,
+        passes,
+        publish=True,
+        delete_threshold=0.25,
+        delete_after_unseen_days=1,
     )
     admitting = _run(make_config, stream_cfg, passes, admission=True)
 
@@ -121,3 +138,18 @@ def test_eviction_bounds_the_table_and_admission_keeps_one_off_keys_out(
     assert after_shrink[2] - after_shrink[1] < 0.5 * (plain_days[2] - plain_days[1])
     # a new key shown once enters with probability nonclk_coeff (0.1) under admission
     assert admitting.keys_after_pass[0] < 0.6 * plain.keys_after_pass[0]
+
+    # serving: the version after a day's shrink is full, so the keys the shrink deleted leave
+    # the table a consumer holds, even one that had applied the deltas before it
+    versions = evicting.versions
+    kinds = [v["sparse"]["kind"] for v in versions]
+    assert kinds == ["full", "full", "delta", "full", "delta", "full"], kinds
+    store = InProcessStore(Path(evicting.cfg.paths.model_root) / evicting.cfg.model.model)
+    for before, daily in ((versions[2], versions[3]), (versions[4], versions[5])):
+        held = store.embeddings_for(before["version"])
+        held_keys = np.union1d(held.base.keys, held.overlay.keys)
+        after = store.embeddings_for(daily["version"])
+        deleted = np.setdiff1d(held_keys, np.union1d(after.base.keys, after.overlay.keys))
+        assert len(deleted) > 0
+        assert not after.lookup(deleted).any()
+        assert held.lookup(deleted).any()
