@@ -40,12 +40,17 @@ def _record(cfg: PipelineConfig, pass_id: str, field: str, value: Any) -> None:
     _redis(cfg).hset(RedisKeys(cfg.name).pass_status(pass_id), field, json.dumps(value))
 
 
+def _stored_gate(cfg: PipelineConfig, pass_id: str) -> GateDecision | None:
+    stored = _redis(cfg).hget(RedisKeys(cfg.name).pass_status(pass_id), "gate")
+    return GateDecision(**json.loads(stored)) if stored is not None else None
+
+
 def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
     """Judge the pass's candidate against the gate and the serving model, once per pass:
     a re-run returns the stored decision instead of judging against a newer serving model."""
-    stored = _redis(cfg).hget(RedisKeys(cfg.name).pass_status(train_result["pass_id"]), "gate")
+    stored = _stored_gate(cfg, train_result["pass_id"])
     if stored is not None:
-        return GateDecision(**json.loads(stored))
+        return stored
     try:
         serving_metrics = registry_for(cfg).serving().get("metrics")
     except NothingServing:
@@ -63,10 +68,9 @@ def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
 
 def stored_decision(cfg: PipelineConfig, pass_id: str) -> GateDecision:
     """The gate decision ``evaluate`` stored on the pass; ExportInvalid without one."""
-    stored = _redis(cfg).hget(RedisKeys(cfg.name).pass_status(pass_id), "gate")
-    if stored is None:
+    decision = _stored_gate(cfg, pass_id)
+    if decision is None:
         raise ExportInvalid(f"pass {pass_id} has no gate decision: evaluate it first")
-    decision = GateDecision(**json.loads(stored))
     if not decision.passed:
         raise ExportInvalid(f"pass {pass_id} failed the gate: {'; '.join(decision.reasons)}")
     return decision

@@ -106,7 +106,6 @@ class Predictor:
             if embeddings is not None
             else InProcessStore(self.directory.parent).embeddings_for(self.version)
         )
-        self.runtime = runtime
         self._dense = (
             OnnxDense(self.directory) if runtime == "onnx" else PaddleDense(self.directory, threads)
         )

@@ -106,7 +106,6 @@ class ServingState:
 
     def __init__(self) -> None:
         self.current: Predictor | None = None
-        self.loaded_at: float | None = None
         self.served_at: str | None = None  # when the registry made it serve
         # (version, just before, just after its swap): a request that read the reference
         # between two swaps was scored by the version between them
@@ -115,8 +114,7 @@ class ServingState:
     def swap(self, predictor: Predictor, served_at: str | None) -> None:
         before = time.time()
         self.current, self.served_at = predictor, served_at
-        self.loaded_at = time.time()
-        self.swaps.append((predictor.version, before, self.loaded_at))
+        self.swaps.append((predictor.version, before, time.time()))
 
 
 class VersionFollower:
@@ -328,7 +326,7 @@ def create_app(
                 "model": m["model"],
                 "sparse": m["sparse"],
                 "freshness": {**m.get("freshness", {}), "served_at": state.served_at},
-                "loaded_at": state.loaded_at,
+                "loaded_at": state.swaps[-1][2],
                 "age_seconds": age(),
                 "swaps": list(state.swaps),
             }

@@ -172,14 +172,18 @@ def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int) -> Any:
     return dataset
 
 
-def _in_memory_dataset(ctx: WorkerContext, files: list[str], threads: int) -> Any:
+def _in_memory_dataset(
+    ctx: WorkerContext, files: list[str], threads: int, ins_id: bool = False
+) -> Any:
+    """The pass loaded into memory; ``ins_id``: each row carries its event id (dumps)."""
     # paddle.distributed.InMemoryDataset().global_shuffle(fleet) raises AttributeError in
     # 2.6.2; the base DatasetFactory one shuffles across workers (DESIGN.md).
     from paddle.base import DatasetFactory
 
     dataset = DatasetFactory().create_dataset("InMemoryDataset")
     dataset.set_use_var(ctx.graph.use_vars)
-    dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema))
+    dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema, ins_id))
+    dataset.set_parse_ins_id(ins_id)
     dataset.set_batch_size(ctx.cfg.model.runner.batch_size)
     dataset.set_thread(threads)
     dataset.set_filelist(files)
@@ -411,7 +415,6 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     Paddle instance ids (an in-memory dataset that parses them), and the dump writes them
     beside each prediction."""
     import paddle
-    from paddle.base import DatasetFactory
 
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     files = [str(directory / p.file) for p in read_manifest(directory).parts]
@@ -422,14 +425,7 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     point_dump(program, [ctx.graph.predict.name], dump)
     try:
         if mine:
-            dataset = DatasetFactory().create_dataset("InMemoryDataset")
-            dataset.set_use_var(ctx.graph.use_vars)
-            dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema, ins_id=True))
-            dataset.set_parse_ins_id(True)
-            dataset.set_batch_size(ctx.cfg.model.runner.batch_size)
-            dataset.set_thread(_threads(ctx, mine))
-            dataset.set_filelist(mine)
-            dataset.load_into_memory()
+            dataset = _in_memory_dataset(ctx, mine, _threads(ctx, mine), ins_id=True)
             try:
                 ctx.exe.infer_from_dataset(program=program, dataset=dataset, debug=False)
             finally:

@@ -4,8 +4,8 @@ redis-server, and uvicorn services with both sparse stores follow the registry.
 
 - skew: the services' CTRs over HTTP equal the cluster's own inference on the same rows to
   1e-5, for a full version and for one rebuilt from it + 3 deltas, with both stores (the
-  in-process one following deliveries and one started fresh on the delta version); the
-  version's ONNX export on onnxruntime too
+  in-process one following deliveries, and one started fresh on the delta version with
+  `--runtime onnx`: the ONNX export on onnxruntime)
 - hot swap under load: 4 client threads while 3 versions are delivered and one rollback
   happens: no failed request, every answer names a version the service served during that
   request and equals that version's own scores (no mix of versions)
@@ -59,7 +59,7 @@ STREAMREC = str(Path(sys.executable).parent / "streamrec")
 class Service:
     """`streamrec serve` as a process, on its own port."""
 
-    def __init__(self, config: Path, store: str, log: Path) -> None:
+    def __init__(self, config: Path, store: str, log: Path, runtime: str = "paddle") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(log, "w")  # noqa: SIM115  closed in stop()
@@ -73,6 +73,8 @@ class Service:
                 str(self.port),
                 "--sparse-store",
                 store,
+                "--runtime",
+                runtime,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -212,7 +214,10 @@ def test_services_score_like_the_cluster_full_and_after_three_deltas(stack: Stac
     assert manifest["sparse"]["parent"] == PASSES[2]
     events = stack.pass_events(PASSES[3])
     expected = stack.cluster_scores(PASSES[3], events)
-    fresh = Service(stack.config, "inprocess", Path(stack.cfg.paths.work_root) / "fresh.log")
+    # started on the delta version: rebuilt from scratch, its dense program on onnxruntime
+    fresh = Service(
+        stack.config, "inprocess", Path(stack.cfg.paths.work_root) / "fresh.log", runtime="onnx"
+    )
     try:
         for svc in [*stack.services.values(), fresh]:
             svc.wait_for(PASSES[3])
