@@ -385,17 +385,18 @@ class RunnerConfig(_Strict):
         description="QueueDataset streams each pass through the pipe reader; InMemoryDataset "
         "loads it into memory and shuffles it globally across workers first.",
     )
+    progressive: Literal["in_train", "separate"] = Field(
+        "in_train",
+        description="Where a pass's progressive metrics come from. in_train: one read, "
+        "each batch scored in the training run just before its own update (in-pass "
+        "learning included). separate: an inference run over the whole pass first, then "
+        "the training run (two reads, the model exactly as the previous pass left it).",
+    )
 
     @field_validator("sync_mode")
     @classmethod
     def _sync_mode_runs(cls, v: str) -> str:
         # Both found on a real cluster; docs/DECISIONS.md has the traces.
-        if v == "sync":
-            raise ValueError(
-                "'sync' crashes Paddle 2.6.2's CPU parameter server: every worker segfaults "
-                "in its first send_barrier, because the runtime creates no communicator for "
-                "sync mode. Use 'async'"
-            )
         if v == "geo":
             raise ValueError(
                 "'geo' in Paddle 2.6.2 keeps a fixed-size embedding on every worker "
@@ -404,6 +405,16 @@ class RunnerConfig(_Strict):
                 "table, so the cluster could not restart. Use 'async'"
             )
         return v
+
+    @model_validator(mode="after")
+    def _sync_rounds_need_one_thread(self) -> RunnerConfig:
+        if self.sync_mode == "sync" and self.thread_num != 1:
+            raise ValueError(
+                f"runner.thread_num is {self.thread_num}, but sync mode ends every batch in "
+                "a round all workers join, one batch at a time: set runner.thread_num: 1 "
+                "(or sync_mode: async)"
+            )
+        return self
 
 
 class ModelConfig(_Strict):

@@ -18,7 +18,7 @@ from pathlib import Path
 from streamrec.config import load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_keys import RedisKeys
-from trainers import pass_steps
+from trainers import pass_steps, sync_mode
 from trainers.control_plane import Command, WorkerChannel, connect
 from trainers.devices import executor_place
 from trainers.pass_steps import WorkerContext, agree_any
@@ -85,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_config(args.config)
+    flags = {}
     if cfg.model.hyper_parameters.sparse_table.admission:
-        preset_paddle_flags({ADMISSION_FLAG: "true"})
+        flags[ADMISSION_FLAG] = "true"
+    if cfg.model.runner.sync_mode == "sync":
+        flags.update(sync_mode.PUSH_FLAGS)
+    preset_paddle_flags(flags)
 
     import paddle
     from paddle.distributed import fleet
@@ -107,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         connect(cfg.redis.url), RedisKeys(cfg.name), rank, cfg.cluster.heartbeat_seconds
     )
     ctx = WorkerContext(cfg, graph, exe, rank, fleet.worker_num(), report=channel.set_stage)
+    if cfg.model.runner.sync_mode == "sync":
+        ctx.sync = sync_mode.install(graph.loss)
     restored = pass_steps.restore(ctx)
     if ctx.leader:  # done markers past the restored model name work it no longer holds
         channel.forget_done_after(restored.pass_id if restored else "")

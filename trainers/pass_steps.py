@@ -1,7 +1,9 @@
 """What a worker does for each command, on a typed context. Collectives live only here.
 
-    train       infer on the pass (progressive validation) -> global metrics
-                -> train on the pass -> global metrics; row count checked against the manifest
+    train       train on the pass, each batch scored before its own update (progressive
+                validation; ``progressive: separate`` scores the whole pass first) -> global
+                metrics; row count checked against the manifest; in sync mode every batch
+                ends in a round all workers join (``sync_mode``)
                 -> checkpoint: a delta, or a base every N passes (``checkpoints``)
     maintain    after a day's last pass: fleet.shrink -> mode-3 save, the new base
     restore     at start: the newest complete base, then its deltas, loaded in order
@@ -48,6 +50,7 @@ from trainers.instance_dump import point_dump, read_dump, read_dump_with_ids
 from trainers.metrics import STAT_NAMES, PassMetrics, metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS, ModelGraph
 from trainers.strategy import saved_value_layout
+from trainers.sync_mode import SyncRounds
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -71,6 +74,8 @@ class WorkerContext:
     table_keys: np.ndarray = field(  # worker 0: keys in the sparse table, from the saves
         default_factory=lambda: np.empty(0, dtype=np.uint64)
     )
+    sync: SyncRounds | None = None  # sync mode: the per-batch rounds (``sync_mode``)
+    last_sync: dict[str, Any] = field(default_factory=dict)  # the rounds of the last training
 
     @property
     def leader(self) -> bool:
@@ -202,12 +207,17 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetr
     dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
     point_dump(program, [ctx.graph.predict.name, LABEL_VAR], dump if threads > 1 else None)
     _reset_stats(ctx)
+    rounds = ctx.sync if phase == "train" else None
+    if rounds is not None:
+        rounds.begin()
     if dataset is not None:
         # the main program for both: its fleet options make the device worker pull the dense
         # tables from the servers first (a clone(for_test=True) lost them, and segfaulted
         # in DownpourLiteWorker when given them: they are keyed by program id)
         run = ctx.exe.infer_from_dataset if phase == "test" else ctx.exe.train_from_dataset
         run(program=program, dataset=dataset, debug=False)
+    if rounds is not None:  # a worker without data still joins the others' rounds
+        ctx.last_sync = rounds.finish()
     if threads == 1:
         return _global_metrics(_accumulated_stats(ctx))
     scores, labels = read_dump(dump, 2)
@@ -218,37 +228,44 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetr
 def _test_then_train(
     ctx: WorkerContext, files: list[str], seconds: dict[str, float]
 ) -> tuple[PassMetrics, PassMetrics]:
-    """Progressive validation, then training, on this worker's files of the pass.
+    """Progressive validation and training on this worker's files of the pass.
 
-    Changing the thread count between runs of one process aborts Paddle (a CHECK in
-    dist_multi_trainer), so evaluation and training share it."""
+    ``progressive: separate`` scores the whole pass first, then trains on it;
+    ``in_train`` reads it once and takes the training run's metrics, where each batch is
+    scored before its own update. Changing the thread count between runs of one process
+    aborts Paddle (a CHECK in dist_multi_trainer), so evaluation and training share it."""
     from paddle.distributed import fleet
 
     threads = _threads(ctx, files)
+    separate = ctx.cfg.model.runner.progressive == "separate"
     if ctx.cfg.model.runner.reader_type == "QueueDataset":
 
         def stream() -> Any:  # a QueueDataset is read once
             return _queue_dataset(ctx, files, threads) if files else None
 
-        with ctx.stage("test", seconds):
-            test = _run(ctx, stream(), "test", threads)
+        test = None
+        if separate:
+            with ctx.stage("test", seconds):
+                test = _run(ctx, stream(), "test", threads)
         with ctx.stage("train", seconds):
             train = _run(ctx, stream(), "train", threads)
-        return test, train
+        return test if test is not None else train, train
     # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
     # all workers (a collective: every worker takes part, with or without files) and train.
     with ctx.stage("load", seconds):
         dataset = _in_memory_dataset(ctx, files, threads)
     try:
-        with ctx.stage("test", seconds):
-            test = _run(ctx, dataset, "test", threads)
+        test = None
+        if separate:
+            with ctx.stage("test", seconds):
+                test = _run(ctx, dataset, "test", threads)
         with ctx.stage("shuffle", seconds):
             dataset.global_shuffle(fleet)
         with ctx.stage("train", seconds):
             train = _run(ctx, dataset, "train", threads)
     finally:
         dataset.release_memory()
-    return test, train
+    return test if test is not None else train, train
 
 
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
@@ -274,7 +291,9 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "seconds": seconds,
         "workers": ctx.workers,
         "reader": ctx.cfg.model.runner.reader_type,
+        "progressive": ctx.cfg.model.runner.progressive,
         "sync_mode": ctx.cfg.model.runner.sync_mode,
+        "sync_rounds": ctx.last_sync or None,
         "started_at": started_at,  # epoch seconds: scheduling latency and freshness
         "trained_at": time.time(),
     }

@@ -94,9 +94,8 @@ def build_strategy(model: ModelConfig) -> Any:
     from paddle.distributed import fleet
 
     strategy = fleet.DistributedStrategy()
-    # async: the one update mode the config lets through (sync and geo fail in Paddle
-    # 2.6.2; RunnerConfig says why)
-    strategy.a_sync = True
+    # sync: the servers apply dense gradients at barriers that ``sync_mode`` drives
+    strategy.a_sync = model.runner.sync_mode != "sync"
     strategy.sparse_table_configs = sparse_table_configs(model)
     return strategy
 

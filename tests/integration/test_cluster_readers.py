@@ -1,6 +1,8 @@
 """Both Paddle readers on the real cluster: QueueDataset (streamed through the pipe reader,
 here with two reader threads, whose metrics come from per-instance dumps) and
-InMemoryDataset (loaded once, globally shuffled across workers before training)."""
+InMemoryDataset (loaded once, globally shuffled across workers before training); and both
+places the progressive metrics come from: the training run itself (``in_train``, one read)
+or a separate inference run before it."""
 
 from __future__ import annotations
 
@@ -18,17 +20,23 @@ from trainers.launcher import LocalCluster
 FIRST, SECOND = "202606010000", "202606010010"
 
 
-def _with_reader(cfg: PipelineConfig, reader: str, threads: int) -> PipelineConfig:
-    runner = cfg.model.runner.model_copy(update={"reader_type": reader, "thread_num": threads})
+def _with_runner(cfg: PipelineConfig, **runner: object) -> PipelineConfig:
+    runner = cfg.model.runner.model_copy(update=runner)
     return cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
 
 
-@pytest.mark.parametrize(("reader", "threads"), [("InMemoryDataset", 1), ("QueueDataset", 2)])
-def test_reader_trains_every_row_once(make_config, reader: str, threads: int) -> None:
-    cfg = _with_reader(
+@pytest.mark.parametrize(
+    ("reader", "threads", "progressive"),
+    [("InMemoryDataset", 1, "separate"), ("QueueDataset", 2, "in_train")],
+)
+def test_reader_trains_every_row_once(
+    make_config, reader: str, threads: int, progressive: str
+) -> None:
+    cfg = _with_runner(
         make_config(join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 12000}),
-        reader,
-        threads,
+        reader_type=reader,
+        thread_num=threads,
+        progressive=progressive,
     )
     ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
     producer = make_producer(cfg.kafka.bootstrap_servers)
@@ -50,5 +58,10 @@ def test_reader_trains_every_row_once(make_config, reader: str, threads: int) ->
         # every row evaluated and trained once, with one reader thread or several
         assert result["test"]["count"] == result["train"]["count"] == rows
         assert result["count_matches_manifest"]
+        assert result["progressive"] == progressive
+        if progressive == "separate":  # an inference run first, with the pass's own figures
+            assert "test" in result["seconds"] and result["test"] != result["train"]
+        else:  # one read: the training run's batch-before-update figures
+            assert "test" not in result["seconds"] and result["test"] == result["train"]
     assert results[1]["test"]["auc"] > 0.6
     assert per_worker[0]["train"] == per_worker[1]["train"]  # one all-reduced view

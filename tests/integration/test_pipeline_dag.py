@@ -82,6 +82,10 @@ def _task_states(run) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def stack(make_config) -> Stack:
     cfg = make_config(synthetic={"events_per_pass": 20000})
+    # separate progressive metrics: test_predictor_scores_like_the_cluster compares them
+    # with the exported model of the pass before
+    runner = cfg.model.runner.model_copy(update={"progressive": "separate"})
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     assert cfg.join.mode == "click_join"  # the shipped config: labels come from clicks
     for topic in (cfg.kafka.impressions_topic, cfg.join.clicks_topic):

@@ -95,16 +95,28 @@ def test_bad_sync_mode_lists_the_choices(tmp_path: Path, repo: Path) -> None:
         load_config(path)
 
 
-@pytest.mark.parametrize(("mode", "reason"), [("sync", "send_barrier"), ("geo", "fixed-size")])
-def test_modes_paddle_cannot_run_fail_with_the_reason(
-    tmp_path: Path, repo: Path, mode: str, reason: str
-) -> None:
+def _runner(tmp_path: Path, repo: Path, **runner) -> Path:
     raw = yaml.safe_load((repo / "configs" / "models" / "ctr_dnn.yaml").read_text())
-    raw["runner"]["sync_mode"] = mode
+    raw["runner"].update(runner)
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(raw))
-    path = _write(tmp_path, repo, model=str(tmp_path / "m.yaml"))
-    with pytest.raises(ConfigError, match=rf"model\.runner\.sync_mode.*{reason}.*Use 'async'"):
-        load_config(path)
+    return _write(tmp_path, repo, model=str(tmp_path / "m.yaml"))
+
+
+def test_geo_fails_with_the_reason(tmp_path: Path, repo: Path) -> None:
+    with pytest.raises(ConfigError, match=r"model\.runner\.sync_mode.*fixed-size.*Use 'async'"):
+        load_config(_runner(tmp_path, repo, sync_mode="geo"))
+
+
+def test_sync_needs_one_reader_thread(tmp_path: Path, repo: Path) -> None:
+    assert load_config(_runner(tmp_path, repo, sync_mode="sync")).model.runner.thread_num == 1
+    with pytest.raises(ConfigError, match=r"model\.runner.*thread_num is 2.*thread_num: 1"):
+        load_config(_runner(tmp_path, repo, sync_mode="sync", thread_num=2))
+
+
+def test_progressive_defaults_to_one_read(tmp_path: Path, repo: Path) -> None:
+    assert load_config(_runner(tmp_path, repo)).model.runner.progressive == "in_train"
+    with pytest.raises(ConfigError, match=r"model\.runner\.progressive.*'in_train' or 'separate'"):
+        load_config(_runner(tmp_path, repo, progressive="twice"))
 
 
 def test_reserved_and_duplicate_feature_names_are_rejected(tmp_path: Path, repo: Path) -> None:

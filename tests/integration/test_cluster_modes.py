@@ -1,0 +1,94 @@
+"""Update modes on a real fleetrun cluster (1 server + 2 workers on loopback): sync.
+
+Sync must be synchronous, not async under another name: after every pass both workers
+joined the same number of rounds (one per batch of whichever worker had more) and hold
+bit-identical dense parameters, the ones the servers hold. It checkpoints and restores
+like async: a SIGKILLed worker mid-pass costs a restart, not a pass trained twice."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from streamrec.config import PipelineConfig, RunnerConfig, dump_config
+from streamrec.passes import pass_dir, read_manifest
+from streamrec.redis_keys import RedisKeys
+from trainers.checkpoints import list_checkpoints
+from trainers.control_plane import ClusterClient, connect
+from trainers.launcher import LocalCluster
+
+FIRST = "202607050000"
+
+
+@pytest.fixture(scope="module")
+def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
+    cfg = make_config(join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 6000})
+    return cfg, list(build_passes(cfg, FIRST, 3))[:3]
+
+
+def _sync_config(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
+    cfg = make_config(join={"mode": "label_in_impression"}, cluster={"heartbeat_seconds": 0.2})
+    runner = RunnerConfig(sync_mode="sync", batch_size=256)
+    model = cfg.model.model_copy(update={"runner": runner})
+    paths = cfg.paths.model_copy(update={"data_root": stream_cfg.paths.data_root})
+    return cfg.model_copy(update={"paths": paths, "model": model})
+
+
+def _assert_synchronous(cfg: PipelineConfig, pass_id: str) -> dict:
+    workers = ClusterClient.from_config(cfg).worker_results("train", pass_id)
+    assert sorted(workers) == [0, 1], workers
+    rounds = [w["sync_rounds"] for w in workers.values()]
+    assert rounds[0]["rounds"] == rounds[1]["rounds"] > 0, rounds
+    # every round but the idle ones had a batch on that worker
+    assert max(r["batches"] for r in rounds) == rounds[0]["rounds"], rounds
+    assert rounds[0]["dense_digest"] == rounds[1]["dense_digest"], rounds
+    return workers[0]
+
+
+def test_sync_workers_share_rounds_and_dense_weights(stream, make_config) -> None:
+    stream_cfg, passes = stream
+    cfg = _sync_config(make_config, stream_cfg)
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    with LocalCluster(cfg, resolved) as cluster:
+        results = [cluster.client.train(p) for p in passes]
+    for pass_id, result in zip(passes, results, strict=True):
+        rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
+        assert result["test"]["count"] == result["train"]["count"] == rows
+        assert result["sync_mode"] == "sync"
+        _assert_synchronous(cfg, pass_id)
+    assert results[-1]["test"]["auc"] > 0.6  # it learns
+
+
+def test_sync_restores_after_sigkill_mid_pass(stream, make_config) -> None:
+    stream_cfg, passes = stream
+    cfg = _sync_config(make_config, stream_cfg)
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    with LocalCluster(cfg, resolved) as cluster:
+        cluster.client.train(passes[0])
+        command_id = cluster.client.submit("train", passes[1])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if f"train {passes[1]}: train" in {w["state"] for w in cluster.client.live_workers()}:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the workers never started training the second pass")
+        status = connect(cfg.redis.url).hget(RedisKeys(cfg.name).command(command_id), "status")
+        assert status == "queued", "the pass finished before the kill: make it longer"
+        cluster.members("TRAINER")[-1].send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while cluster.healthy and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert cluster.ensure_healthy()  # restarted, restored
+        second = cluster.client.wait(command_id)
+        third = cluster.client.train(passes[2])
+    assert not second.get("already_done") and second["checkpoint"]["kind"] == "delta"
+    saves = [(i.pass_id, i.kind) for i in list_checkpoints(cfg.paths.checkpoint_root)]
+    assert saves == list(zip(passes, ["base", "delta", "delta"], strict=True))
+    for pass_id, result in zip(passes[1:], [second, third], strict=True):
+        _assert_synchronous(cfg, pass_id)
+        rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
+        assert result["test"]["count"] == result["train"]["count"] == rows
