@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from streamrec.config import load_config
 from trainers.strategy import build_distributed_program
@@ -28,7 +29,6 @@ def main() -> None:
 
     # paddle after pyarrow (imported with trainers.strategy): the other order crashes in
     # pyarrow's zlib on import ("double free or corruption")
-    import paddle
     from paddle.distributed import fleet
 
     cfg = load_config(args.config)
@@ -39,10 +39,19 @@ def main() -> None:
         fleet.run_server()
         return
 
+    train_and_time(cfg, graph, args.files, args.out)
+
+
+def train_and_time(cfg: Any, graph: Any, files: str, out: Path) -> None:
+    """Worker side: this worker's share of ``files`` through a ``QueueDataset`` with the
+    reference reader and ``train_from_dataset``; its wall time to ``<out>/worker-<rank>.json``."""
+    import paddle
+    from paddle.distributed import fleet
+
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(paddle.static.default_startup_program())
     fleet.init_worker()
-    files = args.files.split(",")[fleet.worker_index() :: fleet.worker_num()]
+    mine = files.split(",")[fleet.worker_index() :: fleet.worker_num()]
     slots = ",".join(s.name for s in cfg.feature_schema.sparse)
     reader = Path(__file__).with_name("reference_reader.py")
     dataset = paddle.distributed.QueueDataset()
@@ -52,14 +61,14 @@ def main() -> None:
         batch_size=cfg.model.runner.batch_size,
         thread_num=cfg.model.runner.thread_num,
     )
-    dataset.set_filelist(files)
+    dataset.set_filelist(mine)
     fleet.util.barrier()
     start = time.perf_counter()
     exe.train_from_dataset(program=paddle.static.default_main_program(), dataset=dataset)
     seconds = time.perf_counter() - start
     fleet.util.barrier()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"worker-{fleet.worker_index()}.json").write_text(json.dumps({"seconds": seconds}))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"worker-{fleet.worker_index()}.json").write_text(json.dumps({"seconds": seconds}))
     fleet.stop_worker()
 
 

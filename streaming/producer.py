@@ -15,6 +15,7 @@ and categoricals its sparse slots, in order, and event times are spread evenly o
 from __future__ import annotations
 
 import argparse
+import gzip
 import heapq
 import json
 import logging
@@ -25,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from kafka import KafkaProducer
@@ -274,13 +275,19 @@ def criteo_events(
         }
 
 
+def _open(path: Path) -> BinaryIO:
+    """``path``, gunzipped on the fly when it ends in ``.gz``."""
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
 def _text_lines(path: Path) -> Iterator[str]:
-    with open(path, encoding="utf-8", errors="replace") as f:
-        yield from f
+    with _open(path) as f:
+        for line in f:
+            yield line.decode("utf-8", errors="replace")
 
 
 def _jsonl(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as f:
+    with _open(path) as f:
         for line in f:
             if line.strip():
                 yield line.rstrip(b"\n")
@@ -294,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", required=True, type=Path, help="pipeline YAML")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--file", type=Path, help="events file (JSON lines or Criteo TSV)")
+    source.add_argument(
+        "--file", type=Path, help="events file (JSON lines or Criteo TSV; .gz is read too)"
+    )
     source.add_argument("--synthetic", action="store_true", help="generate events")
     source.add_argument(
         "--live",

@@ -314,6 +314,17 @@ class OptimizerConfig(_Strict):
     class_: Literal["adam", "adagrad", "sgd"] = Field(alias="class", description="Dense optimizer.")
     learning_rate: float = Field(gt=0, description="Dense learning rate.")
 
+    @field_validator("class_")
+    @classmethod
+    def _servers_can_apply_it(cls, v: str) -> str:
+        if v == "adagrad":  # the cluster's processes exit at start, found on a real cluster
+            raise ValueError(
+                "Paddle 2.6.2's parameter servers apply dense updates with SGD or Adam only "
+                '("The dense optimizer in PS is only supported SGD or Adam!"); use adam or '
+                "sgd (sparse_table.rule sets the sparse table's own rule)"
+            )
+        return v
+
 
 class SparseTableConfig(_Strict):
     rule: Literal["adagrad", "std_adagrad", "adam", "naive"] = Field(
@@ -322,7 +333,7 @@ class SparseTableConfig(_Strict):
     learning_rate: float = Field(0.05, gt=0, description="Sparse learning rate.")
     initial_range: float = Field(0.01, gt=0, description="Uniform init range of new embeddings.")
     embedx_threshold: int = Field(
-        0, ge=0, description="Shows before a key gets its embedx part (0: at once)."
+        0, ge=0, description="Shows before a key gets its embedx part (only 0, at once, runs)."
     )
     shard_num: int = Field(16, ge=1, description="Shards of the table (files per save).")
     nonclk_coeff: float = Field(
@@ -356,6 +367,17 @@ class SparseTableConfig(_Strict):
         "probability equal to its show/click score (capped at 1).",
     )
 
+    @field_validator("embedx_threshold")
+    @classmethod
+    def _saves_stay_readable(cls, v: int) -> int:
+        if v > 0:  # found on a real cluster: the first save's key count failed to parse
+            raise ValueError(
+                f"embedx_threshold {v}: with a threshold the servers save keys below it "
+                "without their embedx values, so a save's lines differ in width, which the "
+                "checkpoint and export readers do not parse yet; use 0"
+            )
+        return v
+
     @model_validator(mode="after")
     def _deltas_hold_every_touched_key(self) -> SparseTableConfig:
         if self.delta_threshold > self.nonclk_coeff:
@@ -385,24 +407,25 @@ class RunnerConfig(_Strict):
         description="QueueDataset streams each pass through the pipe reader; InMemoryDataset "
         "loads it into memory and shuffles it globally across workers first.",
     )
-    progressive: Literal["in_train", "separate"] = Field(
-        "in_train",
-        description="Where a pass's progressive metrics come from. in_train: one read, "
-        "each batch scored in the training run just before its own update (in-pass "
-        "learning included). separate: an inference run over the whole pass first, then "
-        "the training run (two reads, the model exactly as the previous pass left it).",
+    progressive: Literal["separate", "in_train"] = Field(
+        "separate",
+        description="Where a pass's progressive metrics come from. separate: an inference "
+        "run over the whole pass first, then the training run (two reads; the model exactly "
+        "as the previous pass left it). in_train: one read, each batch scored in the "
+        "training run just before its own update (what the model learns within the pass "
+        "included: faster, but optimistic where a pass teaches the model much).",
     )
 
     @field_validator("sync_mode")
     @classmethod
     def _sync_mode_runs(cls, v: str) -> str:
-        # Both found on a real cluster; docs/DECISIONS.md has the traces.
+        # found on a real cluster; docs/DECISIONS.md has the traces
         if v == "geo":
             raise ValueError(
                 "'geo' in Paddle 2.6.2 keeps a fixed-size embedding on every worker "
                 "(GeoCommunicator rejects sparse_embedding's hashed 64-bit feature signs at "
                 "init_worker), and with a fixed-size one its checkpoints omit the embedding "
-                "table, so the cluster could not restart. Use 'async'"
+                "table, so the cluster could not restart. Use 'async' or 'sync'"
             )
         return v
 

@@ -105,11 +105,7 @@ def build_optimizer(model: ModelConfig) -> Any:
     import paddle
 
     opt = model.hyper_parameters.optimizer
-    classes = {
-        "adam": paddle.optimizer.Adam,
-        "adagrad": paddle.optimizer.Adagrad,
-        "sgd": paddle.optimizer.SGD,
-    }
+    classes = {"adam": paddle.optimizer.Adam, "sgd": paddle.optimizer.SGD}
     return classes[opt.class_](learning_rate=opt.learning_rate)
 
 

@@ -113,9 +113,9 @@ def test_sync_needs_one_reader_thread(tmp_path: Path, repo: Path) -> None:
         load_config(_runner(tmp_path, repo, sync_mode="sync", thread_num=2))
 
 
-def test_progressive_defaults_to_one_read(tmp_path: Path, repo: Path) -> None:
-    assert load_config(_runner(tmp_path, repo)).model.runner.progressive == "in_train"
-    with pytest.raises(ConfigError, match=r"model\.runner\.progressive.*'in_train' or 'separate'"):
+def test_progressive_defaults_to_a_separate_read(tmp_path: Path, repo: Path) -> None:
+    assert load_config(_runner(tmp_path, repo)).model.runner.progressive == "separate"
+    with pytest.raises(ConfigError, match=r"model\.runner\.progressive.*'separate' or 'in_train'"):
         load_config(_runner(tmp_path, repo, progressive="twice"))
 
 
@@ -153,3 +153,20 @@ def test_clis_fail_at_start_naming_the_key(tmp_path: Path, repo: Path, module: s
     out = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "missing key 'redis'" in out.stderr
+
+
+def _model(tmp_path: Path, repo: Path, section: str, **values) -> Path:
+    raw = yaml.safe_load((repo / "configs" / "models" / "ctr_dnn.yaml").read_text())
+    target = raw["hyper_parameters"]
+    for key in section.split("."):
+        target = target[key]
+    target.update(values)
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(raw))
+    return _write(tmp_path, repo, model=str(tmp_path / "m.yaml"))
+
+
+def test_settings_the_cluster_cannot_run_fail_at_start(tmp_path: Path, repo: Path) -> None:
+    with pytest.raises(ConfigError, match=r"optimizer\.class.*SGD or Adam only.*use adam or sgd"):
+        load_config(_model(tmp_path, repo, "optimizer", **{"class": "adagrad"}))
+    with pytest.raises(ConfigError, match=r"embedx_threshold.*differ in width.*use 0"):
+        load_config(_model(tmp_path, repo, "sparse_table", embedx_threshold=5))
