@@ -112,3 +112,46 @@ def build_passes() -> PassRun:
         return batches
 
     return build
+
+
+KillMidPass = Callable[..., bool]
+
+
+@pytest.fixture(scope="session")
+def kill_mid_pass() -> KillMidPass:
+    """``kill_mid_pass(cluster, command_id, pass_id, role, into_training_s=0.3)``: once the
+    workers are training on ``pass_id`` (their heartbeats say so) and ``into_training_s``
+    later, SIGKILL one ``role`` process ("PSERVER" or "TRAINER") before the command is
+    done, wait for the launcher to see the cluster unhealthy, and restart it; True if it
+    was restarted. The config needs short heartbeats (``cluster={"heartbeat_seconds":
+    0.2}``)."""
+    import signal
+    import time
+
+    from streamrec.redis_keys import RedisKeys
+    from trainers.control_plane import connect
+
+    def kill(
+        cluster: Any, command_id: str, pass_id: str, role: str, into_training_s: float = 0.3
+    ) -> bool:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            states = {w["state"] for w in cluster.client.live_workers()}
+            if f"train {pass_id}: train" in states:  # the stage, from the heartbeats
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"the workers never started training on {pass_id}")
+        time.sleep(into_training_s)
+        victims = cluster.members(role)
+        assert victims, f"no {role} process among {cluster.members()}"
+        key = RedisKeys(cluster.cfg.name).command(command_id)
+        status = connect(cluster.cfg.redis.url).hget(key, "status")
+        assert status == "queued", "the pass finished before the kill: make it longer"
+        victims[-1].send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while cluster.healthy and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return cluster.ensure_healthy()
+
+    return kill

@@ -1,9 +1,9 @@
 """What a worker does for each command, on a typed context. Collectives live only here.
 
-    train       train on the pass, each batch scored before its own update (progressive
-                validation; ``progressive: separate`` scores the whole pass first) -> global
-                metrics; row count checked against the manifest; in sync mode every batch
-                ends in a round all workers join (``sync_mode``)
+    train       score the pass, then train on it (progressive validation; with
+                ``progressive: in_train`` the training run's own batch-before-update scores)
+                -> global metrics; row count checked against the manifest; in sync mode
+                every batch ends in a round all workers join (``sync_mode``)
                 -> checkpoint: a delta, or a base every N passes (``checkpoints``)
     maintain    after a day's last pass: fleet.shrink -> mode-3 save, the new base
     restore     at start: the newest complete base, then its deltas, loaded in order
@@ -75,7 +75,6 @@ class WorkerContext:
         default_factory=lambda: np.empty(0, dtype=np.uint64)
     )
     sync: SyncRounds | None = None  # sync mode: the per-batch rounds (``sync_mode``)
-    last_sync: dict[str, Any] = field(default_factory=dict)  # the rounds of the last training
 
     @property
     def leader(self) -> bool:
@@ -217,7 +216,7 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetr
         run = ctx.exe.infer_from_dataset if phase == "test" else ctx.exe.train_from_dataset
         run(program=program, dataset=dataset, debug=False)
     if rounds is not None:  # a worker without data still joins the others' rounds
-        ctx.last_sync = rounds.finish()
+        rounds.finish()
     if threads == 1:
         return _global_metrics(_accumulated_stats(ctx))
     scores, labels = read_dump(dump, 2)
@@ -293,7 +292,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "reader": ctx.cfg.model.runner.reader_type,
         "progressive": ctx.cfg.model.runner.progressive,
         "sync_mode": ctx.cfg.model.runner.sync_mode,
-        "sync_rounds": ctx.last_sync or None,
+        "sync_rounds": ctx.sync.summary() if ctx.sync else None,
         "started_at": started_at,  # epoch seconds: scheduling latency and freshness
         "trained_at": time.time(),
     }

@@ -51,22 +51,26 @@ class SyncRounds:
         self.training = False
         self.batches = 0  # rounds joined with a batch of its own
         self.idle = 0  # rounds joined after this worker's data ran out
+        self.dense_digest = ""  # sha256 of the dense weights after the last run
 
     def begin(self) -> None:
         """Count rounds from here: the training run of one pass starts."""
         self.training, self.batches, self.idle = True, 0, 0
 
-    def finish(self) -> dict[str, int]:
-        """After this worker's training run: join rounds until no worker has batches left;
-        the rounds it joined, with and without a batch."""
+    def finish(self) -> None:
+        """After this worker's training run: join rounds until no worker has batches left."""
         self.training = False
         while _round(still_training=False):
             self.idle += 1
+        self.dense_digest = _scope_digest()
+
+    def summary(self) -> dict[str, Any]:
+        """The last run's rounds, with and without a batch, and the dense weights' digest."""
         return {
             "rounds": self.batches + self.idle,
             "batches": self.batches,
             "idle": self.idle,
-            "dense_digest": _scope_digest(),
+            "dense_digest": self.dense_digest,
         }
 
     def after_batch(self, loss: Any) -> None:

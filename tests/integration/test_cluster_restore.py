@@ -8,8 +8,7 @@ uninterrupted runs when that is larger); so must a cluster restarted between pas
 
 from __future__ import annotations
 
-import signal
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,31 +40,15 @@ def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
 def _fresh(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
     """A new pipeline (Redis prefix, checkpoints) reading the shared stream's passes."""
     # frequent heartbeats: the kill waits to see the workers' state switch to the pass
-    cfg = make_config(join={"mode": "label_in_impression"}, cluster={"heartbeat_seconds": 0.2})
-    paths = cfg.paths.model_copy(update={"data_root": stream_cfg.paths.data_root})
-    return cfg.model_copy(update={"paths": paths})
+    return make_config(
+        join={"mode": "label_in_impression"},
+        cluster={"heartbeat_seconds": 0.2},
+        paths={"data_root": stream_cfg.paths.data_root},
+    )
 
 
-def _kill_mid_pass(cluster: LocalCluster, command_id: str, pass_id: str, role: str) -> None:
-    """SIGKILL one ``role`` process once the workers are training on ``pass_id``."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        states = {w["state"] for w in cluster.client.live_workers()}
-        if f"train {pass_id}: train" in states:  # the stage, from the heartbeats
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail(f"the workers never started training on {pass_id}")
-    time.sleep(0.3)  # into the training phase (~0.8 s), before the save
-    victims = cluster.members(role)
-    assert victims, f"no {role} process among {cluster.members()}"
-    key = RedisKeys(cluster.cfg.name).command(command_id)
-    status = connect(cluster.cfg.redis.url).hget(key, "status")
-    assert status == "queued", "the pass finished before the kill: make it longer"
-    victims[-1].send_signal(signal.SIGKILL)
-
-
-def _run(cfg: PipelineConfig, passes: list[str], kill: str | None = None) -> Run:
+def _run(cfg: PipelineConfig, passes: list[str], kill: Callable[..., bool] | None = None) -> Run:
+    """Train passes 1-3 and score 4; ``kill(cluster, command_id, pass_id)`` during pass 2."""
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     results: dict[str, dict] = {}
     restarted = False
@@ -73,11 +56,7 @@ def _run(cfg: PipelineConfig, passes: list[str], kill: str | None = None) -> Run
         for index, pass_id in enumerate(passes[:3]):
             command_id = cluster.client.submit("train", pass_id)
             if kill and index == 1:
-                _kill_mid_pass(cluster, command_id, pass_id, kill)
-                deadline = time.monotonic() + 30
-                while cluster.healthy and time.monotonic() < deadline:
-                    time.sleep(0.2)
-                restarted = cluster.ensure_healthy()
+                restarted = kill(cluster, command_id, pass_id)
             results[pass_id] = cluster.client.wait(command_id)
         results[passes[3]] = cluster.client.train(passes[3])
     print({p: (r["seconds"], r["test"]["auc"]) for p, r in results.items()})
@@ -115,11 +94,11 @@ def _assert_auc_as_uninterrupted(
 
 @pytest.mark.parametrize("role", ["PSERVER", "TRAINER"])
 def test_sigkill_mid_pass_restores_and_trains_the_pass_once(
-    stream, make_config, uninterrupted: Run, role: str
+    stream, make_config, kill_mid_pass, uninterrupted: Run, role: str
 ) -> None:
     stream_cfg, passes = stream
     cfg = _fresh(make_config, stream_cfg)
-    run = _run(cfg, passes, kill=role)
+    run = _run(cfg, passes, kill=lambda *command: kill_mid_pass(*command, role))
     assert run.restarted
     _assert_trained_once(cfg, run, passes)
     # the restart restored pass 1's base and trained pass 2 on top of it, as a delta

@@ -1,5 +1,5 @@
 """Real click logs through the whole pipeline: 7,000 rows of Criteo's display-ads log
-(tests/data/criteo) go through the producer CLI (gzipped Criteo TSV), the pass builder
+(tests/data/criteo) go through ``streamrec produce`` (gzipped Criteo TSV), the pass builder
 (1,000 rows a pass) and the cluster, which learns from them pass after pass."""
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def test_criteo_rows_replayed_pass_by_pass(make_config, repo: Path) -> None:
         passes={"parts_per_pass": 2},
     ).model_copy(update={"feature_schema": schema})
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
-    produce = [sys.executable, "-m", "streaming.producer", "--config", str(resolved)]
+    cli = str(Path(sys.executable).with_name("streamrec"))
+    produce = [cli, "produce", "--config", str(resolved)]
     subprocess.run(
         [*produce, "--file", str(sample), "--format", "criteo", "--start", FIRST],
         check=True,
