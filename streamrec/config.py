@@ -415,6 +415,12 @@ class RunnerConfig(_Strict):
         "training run just before its own update (what the model learns within the pass "
         "included: faster, but optimistic where a pass teaches the model much).",
     )
+    dense_average: Literal["pass", "none"] = Field(
+        "pass",
+        description="What the servers keep of the dense parameters after a pass. pass: "
+        "the mean of the pass's iterates (steadier calibration from pass to pass); none: "
+        "the last iterate.",
+    )
 
     @field_validator("sync_mode")
     @classmethod

@@ -18,11 +18,11 @@ from pathlib import Path
 from streamrec.config import load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_keys import RedisKeys
-from trainers import pass_steps, sync_mode
+from trainers import dense_average, pass_steps, sync_mode
 from trainers.control_plane import Command, WorkerChannel, connect
 from trainers.devices import executor_place
 from trainers.pass_steps import WorkerContext, agree_any
-from trainers.server_flags import ADMISSION_FLAG, preset_paddle_flags
+from trainers.server_flags import ADMISSION_FLAG, DENSE_PUSH_FLAGS, preset_paddle_flags
 from trainers.strategy import build_distributed_program
 
 log = logging.getLogger("trainers.cluster")
@@ -85,11 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_config(args.config)
-    flags = {}
+    flags = dict(DENSE_PUSH_FLAGS)
     if cfg.model.hyper_parameters.sparse_table.admission:
         flags[ADMISSION_FLAG] = "true"
-    if cfg.model.runner.sync_mode == "sync":
-        flags.update(sync_mode.PUSH_FLAGS)
     preset_paddle_flags(flags)
 
     import paddle
@@ -113,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = WorkerContext(cfg, graph, exe, rank, fleet.worker_num(), report=channel.set_stage)
     if cfg.model.runner.sync_mode == "sync":
         ctx.sync = sync_mode.install(graph.loss)
+    if cfg.model.runner.dense_average == "pass":  # after the sync round: its pull first
+        ctx.average = dense_average.install(graph.loss)
     restored = pass_steps.restore(ctx)
     if ctx.leader:  # done markers past the restored model name work it no longer holds
         channel.forget_done_after(restored.pass_id if restored else "")

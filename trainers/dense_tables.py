@@ -3,23 +3,26 @@
 A worker's scope holds the dense parameters its pull thread last fetched during training,
 not what the servers hold after the pass: an export saved from the scope scored up to 0.2
 away from the cluster. ``pull`` fetches them; ``settle`` pulls until two pulls agree, so a
-save or an export never catches the servers mid-update. Fleet has no public dense-only pull:
-this is fleet's own (``the_one_ps._pull_dense``, Paddle 2.6.2), reached through its runtime.
+save or an export never catches the servers mid-update; ``push`` writes parameters into
+them. Fleet has no public dense-only pull or push: these are fleet's own
+(``the_one_ps._pull_dense`` and ``_init_params``, Paddle 2.6.2), reached through its runtime.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
 log = logging.getLogger(__name__)
 
 
-def pull() -> dict[str, np.ndarray]:
-    """Pull every dense table of the main program from the servers into the global scope;
-    the pulled parameters by name."""
+def _fleet_tables() -> tuple[Any, Any, Any, Any, Any]:
+    """Fleet's runtime, the program it registered its tables with, its scope and the
+    program's send and receive contexts."""
     import paddle
     from paddle.distributed.fleet import fleet as fleet_instance
     from paddle.distributed.ps.utils.public import (
@@ -35,17 +38,53 @@ def pull() -> dict[str, np.ndarray]:
     scope = runtime.scopes[0]
     if scope is not paddle.static.global_scope():
         raise RuntimeError("fleet's scope is not the global scope the executor saves from")
-    names = runtime._pull_dense(
-        program,
-        scope,
-        get_the_one_send_context(
-            runtime.context, split_dense_table=runtime.is_heter_ps_mode, ep_list=runtime.endpoints
-        ),
-        get_the_one_recv_context(runtime.context, split_dense_table=runtime.is_heter_ps_mode),
+    send = get_the_one_send_context(
+        runtime.context, split_dense_table=runtime.is_heter_ps_mode, ep_list=runtime.endpoints
     )
+    recv = get_the_one_recv_context(runtime.context, split_dense_table=runtime.is_heter_ps_mode)
+    return runtime, program, scope, send, recv
+
+
+def pull() -> dict[str, np.ndarray]:
+    """Pull every dense table of the main program from the servers into the global scope;
+    the pulled parameters by name."""
+    runtime, program, scope, send, recv = _fleet_tables()
+    names = runtime._pull_dense(program, scope, send, recv)
     if not names:
         raise RuntimeError("fleet pulled no dense table: the program has none registered")
     return {n: np.array(scope.find_var(n).get_tensor()) for n in names}
+
+
+def push(values: dict[str, np.ndarray]) -> None:
+    """Write ``values`` (every dense parameter of the main program, by name) into the
+    global scope and the servers' dense tables: fleet's ``_init_params``, the push of
+    parameters (not gradients) worker 0 makes at start. The optimizers' state stays."""
+    import paddle
+
+    runtime, program, scope, send, recv = _fleet_tables()
+    expected = {
+        n
+        for c in send.values()
+        if not c.is_sparse() and c.program_id() == id(program)
+        for n in recv[c.table_id()]
+    }
+    if set(values) != expected:
+        raise ValueError(f"dense values for {sorted(values)}, the tables hold {sorted(expected)}")
+    for name, value in values.items():
+        tensor = scope.find_var(name).get_tensor()
+        tensor.set(value.astype(np.array(tensor).dtype), paddle.CPUPlace())
+    runtime._init_params(program, scope, send, recv)
+
+
+def digest() -> str:
+    """sha256 of the dense parameters in this worker's scope, by name: equal digests on two
+    workers mean they hold the same dense model."""
+    _, _, scope, _, recv = _fleet_tables()
+    sha = hashlib.sha256()
+    for name in sorted(n for names in recv.values() for n in names):
+        sha.update(name.encode())
+        sha.update(np.array(scope.find_var(name).get_tensor()).tobytes())
+    return sha.hexdigest()
 
 
 def settle(interval_s: float = 0.05, timeout_s: float = 60.0) -> float:

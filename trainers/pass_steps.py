@@ -46,6 +46,7 @@ from trainers.checkpoints import (
     saved_keys,
     write_info,
 )
+from trainers.dense_average import IterateAverage
 from trainers.instance_dump import point_dump, read_dump, read_dump_with_ids
 from trainers.metrics import STAT_NAMES, PassMetrics, metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS, ModelGraph
@@ -75,6 +76,7 @@ class WorkerContext:
         default_factory=lambda: np.empty(0, dtype=np.uint64)
     )
     sync: SyncRounds | None = None  # sync mode: the per-batch rounds (``sync_mode``)
+    average: IterateAverage | None = None  # dense_average: pass (``dense_average``)
 
     @property
     def leader(self) -> bool:
@@ -209,6 +211,8 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetr
     rounds = ctx.sync if phase == "train" else None
     if rounds is not None:
         rounds.begin()
+    if ctx.average is not None and phase == "train":
+        ctx.average.begin()
     if dataset is not None:
         # the main program for both: its fleet options make the device worker pull the dense
         # tables from the servers first (a clone(for_test=True) lost them, and segfaulted
@@ -277,6 +281,10 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     mine = files[ctx.rank :: ctx.workers]
     seconds: dict[str, float] = {}
     test, train = _test_then_train(ctx, mine, seconds)
+    averaged = None
+    if ctx.average is not None:
+        with ctx.stage("average", seconds):
+            averaged = ctx.average.apply(ctx.leader_only)
     if test.count != manifest.rows:
         log.error(
             "pass %s: evaluated %d rows but the manifest has %d", pass_id, test.count, manifest.rows
@@ -293,6 +301,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "progressive": ctx.cfg.model.runner.progressive,
         "sync_mode": ctx.cfg.model.runner.sync_mode,
         "sync_rounds": ctx.sync.summary() if ctx.sync else None,
+        "dense_average": averaged,
         "started_at": started_at,  # epoch seconds: scheduling latency and freshness
         "trained_at": time.time(),
     }

@@ -23,7 +23,6 @@ in async mode: Paddle's sync covers the dense part only.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -35,12 +34,6 @@ log = logging.getLogger(__name__)
 
 # the barrier type that makes the servers apply (Pour) the collected dense gradients
 _POUR = 0
-# Worker flags for sync mode (``server_flags.preset_paddle_flags``). The client holds dense
-# pushes back until more than ``merge_limit`` are queued (12 by default) and only a
-# ``client_flush`` sends them earlier; that flush sleeps 100 ms each call, and hung both
-# workers of a real cluster after ~1000 rounds. With no merging and a 1 ms send loop, the
-# batch's gradient leaves while the workers agree on the round (a gloo all-reduce).
-PUSH_FLAGS = {"pserver_push_dense_merge_limit": "0", "pserver_async_push_dense_interval_ms": "1"}
 
 
 class SyncRounds:
@@ -62,7 +55,7 @@ class SyncRounds:
         self.training = False
         while _round(still_training=False):
             self.idle += 1
-        self.dense_digest = _scope_digest()
+        self.dense_digest = dense_tables.digest()
 
     def summary(self) -> dict[str, Any]:
         """The last run's rounds, with and without a batch, and the dense weights' digest."""
@@ -134,19 +127,3 @@ def _round(still_training: bool) -> bool:
     runtime._worker.barrier(_POUR)
     dense_tables.pull()
     return True
-
-
-def _scope_digest() -> str:
-    """sha256 of the dense parameters this worker trains with (its scope), by name."""
-    import paddle
-    from paddle.distributed.fleet import fleet as fleet_instance
-    from paddle.distributed.ps.utils.public import get_the_one_recv_context
-
-    runtime = fleet_instance._runtime_handle
-    recv = get_the_one_recv_context(runtime.context, split_dense_table=runtime.is_heter_ps_mode)
-    scope = paddle.static.global_scope()
-    digest = hashlib.sha256()
-    for name in sorted(n for names in recv.values() for n in names):
-        digest.update(name.encode())
-        digest.update(np.array(scope.find_var(name).get_tensor()).tobytes())
-    return digest.hexdigest()

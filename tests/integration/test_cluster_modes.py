@@ -44,6 +44,10 @@ def _assert_synchronous(cfg: PipelineConfig, pass_id: str) -> dict:
     # every round but the idle ones had a batch on that worker
     assert max(r["batches"] for r in rounds) == rounds[0]["rounds"], rounds
     assert rounds[0]["dense_digest"] == rounds[1]["dense_digest"], rounds
+    # then the pass's mean dense parameters, over every batch of both workers, on each
+    averaged = [w["dense_average"] for w in workers.values()]
+    assert averaged[0] == averaged[1], averaged
+    assert averaged[0]["batches"] == sum(r["batches"] for r in rounds), (averaged, rounds)
     return workers[0]
 
 

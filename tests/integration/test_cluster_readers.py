@@ -6,6 +6,7 @@ or a separate inference run before it."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,10 @@ def test_reader_trains_every_row_once(
             assert "test" not in result["seconds"] and result["test"] == result["train"]
     assert results[1]["test"]["auc"] > 0.6
     assert per_worker[0]["train"] == per_worker[1]["train"]  # one all-reduced view
+    # the servers keep the mean of the pass's dense iterates, over every batch of both
+    # workers (each reader thread's last batch may be short), and both workers hold it
+    averaged = [w["dense_average"] for w in per_worker.values()]
+    assert averaged[0] == averaged[1], averaged
+    rows = read_manifest(pass_dir(cfg.paths.data_root, SECOND)).rows
+    least = math.ceil(rows / cfg.model.runner.batch_size)
+    assert least <= averaged[0]["batches"] <= least + 2 * threads, (averaged, least)
