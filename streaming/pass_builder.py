@@ -69,6 +69,7 @@ from streamrec.passes import (
     slices_root,
     window_ms,
 )
+from streamrec.signals import stop_on_sigterm
 
 log = logging.getLogger(__name__)
 
@@ -626,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
     args = parser.parse_args(argv)
     setup_logging()
+    stop_on_sigterm()  # a service manager's stop: the same clean exit as Ctrl-C
     try:
         builder = PassBuilder(load_config(args.config))
         try:

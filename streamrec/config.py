@@ -128,6 +128,12 @@ class ClusterConfig(_Strict):
         180, gt=0, description="How long the launcher waits for every worker's first heartbeat."
     )
     heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period.")
+    stop_grace_seconds: float = Field(
+        20.0,
+        gt=0,
+        description="On SIGTERM or Ctrl-C, how long idle workers get to leave cleanly before "
+        "the cluster's processes are killed (keep it under the service manager's own grace).",
+    )
 
 
 class CheckpointConfig(_Strict):

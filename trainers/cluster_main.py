@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -19,7 +20,7 @@ from streamrec.config import load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_keys import RedisKeys
 from trainers import dense_average, pass_steps, sync_mode
-from trainers.control_plane import Command, WorkerChannel, connect
+from trainers.control_plane import STARTED_ENV, Command, WorkerChannel, connect
 from trainers.devices import executor_place
 from trainers.pass_steps import WorkerContext, agree_any
 from trainers.server_flags import ADMISSION_FLAG, DENSE_PUSH_FLAGS, preset_paddle_flags
@@ -48,6 +49,10 @@ def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
     while True:
         command = channel.next_command()
         if command is None:
+            continue
+        if channel.stale_stop(command):
+            log.warning("stop command %s was sent before this cluster started: skipped", command.id)
+            channel.advance(command)
             continue
         channel.set_state(f"{command.kind} {command.pass_id}".strip())
         result: dict | None = None
@@ -106,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     fleet.init_worker()
     rank = fleet.worker_index()
     channel = WorkerChannel(
-        connect(cfg.redis.url), RedisKeys(cfg.name), rank, cfg.cluster.heartbeat_seconds
+        connect(cfg.redis.url),
+        RedisKeys(cfg.name),
+        rank,
+        cfg.cluster.heartbeat_seconds,
+        started_ms=int(os.environ.get(STARTED_ENV, "0")),
     )
     ctx = WorkerContext(cfg, graph, exe, rank, fleet.worker_num(), report=channel.set_stage)
     if cfg.model.runner.sync_mode == "sync":

@@ -30,6 +30,14 @@ CommandKind = Literal["train", "maintain", "export", "score", "stop"]
 RESTARTABLE: tuple[CommandKind, ...] = ("train", "maintain")  # undone past a restored save
 UNMARKED: tuple[CommandKind, ...] = ("score", "stop")  # run every time: no done marker
 WORKER = "worker"
+# Redis time (ms) when the launcher started this cluster, in the workers' environment
+STARTED_ENV = "STREAMREC_CLUSTER_STARTED_MS"
+
+
+def redis_time_ms(r: redis.Redis) -> int:
+    """The Redis server's clock in milliseconds, the clock stream ids are made from."""
+    seconds, micros = r.time()
+    return seconds * 1000 + micros // 1000
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,10 @@ class ClusterClient:
         pipe.xadd(self._keys.commands, {"id": command_id, "kind": kind, "pass_id": pass_id})
         pipe.execute()
         return command_id
+
+    def now_ms(self) -> int:
+        """Redis time in milliseconds (see ``STARTED_ENV``)."""
+        return redis_time_ms(self._r)
 
     def live_workers(self) -> list[dict[str, Any]]:
         """Heartbeats of the workers alive now."""
@@ -172,10 +184,13 @@ class ClusterClient:
 class WorkerChannel:
     """A worker's side of the control plane: read commands in order, report, heartbeat."""
 
-    def __init__(self, r: redis.Redis, keys: RedisKeys, rank: int, heartbeat_s: float) -> None:
+    def __init__(
+        self, r: redis.Redis, keys: RedisKeys, rank: int, heartbeat_s: float, started_ms: int = 0
+    ) -> None:
         self._r = r
         self._keys = keys
         self.rank = rank
+        self.started_ms = started_ms  # when the launcher started this cluster (Redis time)
         self._heartbeat_s = heartbeat_s
         self._state = self._command_state = "starting"
         self._stop = threading.Event()
@@ -220,6 +235,12 @@ class WorkerChannel:
             return None
         stream_id, fields = reply[0][1][0]
         return Command.from_fields(stream_id, fields)
+
+    def stale_stop(self, command: Command) -> bool:
+        """A ``stop`` sent to an earlier run of the cluster, which was killed before it
+        read it (``LocalCluster.stop`` after its grace): this run must not obey it."""
+        sent_ms = int(command.stream_id.split("-")[0]) if command.stream_id else 0
+        return command.kind == "stop" and sent_ms < self.started_ms
 
     def is_done(self, command: Command) -> bool:
         return (

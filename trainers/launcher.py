@@ -28,8 +28,9 @@ from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.errors import StreamrecError
 from streamrec.local_services import free_port
 from streamrec.logs import setup_logging
+from streamrec.signals import ignore_stop_signals, stop_on_sigterm
 from trainers import cluster_main
-from trainers.control_plane import ClusterClient
+from trainers.control_plane import STARTED_ENV, ClusterClient
 from trainers.devices import check_device
 from trainers.errors import ClusterUnavailable
 
@@ -69,6 +70,7 @@ class LocalCluster:
             "PADDLE_WITH_GLOO": "1",
             "GLOG_minloglevel": "2",
             "FLAGS_call_stack_level": "2",
+            STARTED_ENV: str(self.client.now_ms()),
         }
         cmd = [
             fleetrun_path(),
@@ -172,8 +174,16 @@ class LocalCluster:
         return True
 
     def stop(self, timeout_s: float = 60) -> None:
-        """Stop the workers through the control plane, then wait for fleetrun to exit."""
+        """Stop within about ``timeout_s``: idle workers take a ``stop`` command and leave,
+        and fleetrun exits with its servers. Busy workers, or a stop that does not finish
+        in time, are killed with fleetrun's whole process group: the command in flight
+        stays queued, and the next start restores the newest checkpoints and runs it."""
         if not self.running:
+            return
+        busy = [w["state"] for w in self.client.live_workers() if w.get("state") != "idle"]
+        if busy:
+            log.warning("workers busy (%s): killing the cluster; the next start resumes", busy)
+            self.kill()
             return
         try:
             self.client.stop(timeout_s=timeout_s)
@@ -212,13 +222,16 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("the config says 'embedded': give real Kafka/Redis addresses")
         resolved = dump_config(cfg, Path(cfg.paths.work_root) / "cluster.resolved.yaml")
         cluster = LocalCluster(cfg, resolved)
-        cluster.start()
+        stop_on_sigterm()
         try:
+            cluster.start()
             while True:  # a lost server or worker restarts the whole cluster from checkpoints
                 cluster.ensure_healthy()
                 time.sleep(cfg.cluster.heartbeat_seconds)
         except KeyboardInterrupt:
-            cluster.stop()
+            ignore_stop_signals()
+            log.info("stopping the cluster (SIGTERM or Ctrl-C)")
+            cluster.stop(timeout_s=cfg.cluster.stop_grace_seconds)
     except StreamrecError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
