@@ -114,6 +114,23 @@ def build_passes() -> PassRun:
     return build
 
 
+def _wait_until_training(client: Any, pass_id: str, timeout_s: float = 60) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while f"train {pass_id}: train" not in {w["state"] for w in client.live_workers()}:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the workers never started training on {pass_id}")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="session")
+def wait_until_training() -> Callable[[Any, str], None]:
+    """``wait_until_training(client, pass_id)``: block until a worker's heartbeat says it
+    is in the ``train`` stage of ``pass_id``."""
+    return _wait_until_training
+
+
 KillMidPass = Callable[..., bool]
 
 
@@ -134,14 +151,7 @@ def kill_mid_pass() -> KillMidPass:
     def kill(
         cluster: Any, command_id: str, pass_id: str, role: str, into_training_s: float = 0.3
     ) -> bool:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            states = {w["state"] for w in cluster.client.live_workers()}
-            if f"train {pass_id}: train" in states:  # the stage, from the heartbeats
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"the workers never started training on {pass_id}")
+        _wait_until_training(cluster.client, pass_id)
         time.sleep(into_training_s)
         victims = cluster.members(role)
         assert victims, f"no {role} process among {cluster.members()}"

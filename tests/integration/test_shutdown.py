@@ -75,15 +75,8 @@ def _until_gone(pids: set[int], timeout_s: float = 10) -> list[psutil.Process]:
     return alive
 
 
-def _training(client: ClusterClient, pass_id: str) -> None:
-    deadline = time.monotonic() + 60
-    while f"train {pass_id}: train" not in {w["state"] for w in client.live_workers()}:
-        assert time.monotonic() < deadline, "the workers never started training"
-        time.sleep(0.05)
-
-
 def test_sigterm_stops_the_cluster_command_and_the_next_start_resumes(
-    make_config, build_passes
+    make_config, build_passes, wait_until_training
 ) -> None:
     cfg: PipelineConfig = make_config(
         join={"mode": "label_in_impression"},
@@ -107,7 +100,7 @@ def test_sigterm_stops_the_cluster_command_and_the_next_start_resumes(
     # nothing of the pass is published and its command stays queued
     proc, tree = _ready_cluster(config, client, workers)
     command_id = client.submit("train", second)
-    _training(client, second)
+    wait_until_training(client, second)
     took = _sigterm(proc, grace)
     assert proc.returncode == 0, proc.stderr.read().decode()[-3000:]
     assert not _until_gone(tree), "processes left after SIGTERM"
