@@ -424,8 +424,8 @@ class RunnerConfig(_Strict):
     dense_average: Literal["pass", "none"] = Field(
         "pass",
         description="What the servers keep of the dense parameters after a pass. pass: "
-        "the mean of the pass's iterates (steadier calibration from pass to pass); none: "
-        "the last iterate.",
+        "the mean of the pass's iterates (steadier calibration from pass to pass), from the "
+        "second pass of a fresh model on; none: the last iterate.",
     )
 
     @field_validator("sync_mode")

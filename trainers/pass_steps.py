@@ -282,7 +282,9 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     seconds: dict[str, float] = {}
     test, train = _test_then_train(ctx, mine, seconds)
     averaged = None
-    if ctx.average is not None:
+    if ctx.average is not None and not ctx.chain:  # a fresh model: see ``dense_average``
+        ctx.average.discard()
+    elif ctx.average is not None:
         with ctx.stage("average", seconds):
             averaged = ctx.average.apply(ctx.leader_only)
     if test.count != manifest.rows:
