@@ -46,7 +46,7 @@ def _assigned(servers: str, topic: str, partitions: int) -> KafkaConsumer:
 def produce(cfg, passes: int) -> tuple[int, str]:
     """Send the synthetic passes; (messages sent, id of the last full pass). The event dicts
     are dropped on return, so neither measurement pays for them in garbage collection."""
-    producer = make_producer(cfg.kafka.bootstrap_servers)
+    producer = make_producer(cfg.kafka)
     batches = list(synthetic_passes(cfg, "202601010000", passes))
     total = sum(send_messages(producer, messages_for(cfg, b)) for _, b in batches)
     producer.close()
@@ -106,7 +106,7 @@ def main() -> int:
                 }
             )
             topic, partitions = cfg.kafka.impressions_topic, cfg.kafka.partitions
-            ensure_topic(broker.address, topic, partitions)
+            ensure_topic(cfg.kafka, topic, partitions)
             total, last = produce(cfg, args.passes)
             runs = []
             for i in range(args.repeat):

@@ -31,6 +31,7 @@ import redis
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
 from streamrec.errors import ConfigError, ServiceError, StreamrecError
 from streamrec.logs import setup_logging
+from streamrec.redis_conn import refused_credentials
 
 ATTENTION = 5
 
@@ -195,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except redis.RedisError as e:
-        err: StreamrecError = ServiceError(f"Redis: {e}")
+        fix = refused_credentials(e)
+        err: StreamrecError = ConfigError(fix) if fix else ServiceError(f"Redis: {e}")
     except StreamrecError as e:
         err = e
     print(f"error: {err}", file=sys.stderr)

@@ -44,9 +44,10 @@ from streamrec.passes import (
     slices_root,
     window_ms,
 )
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import expired, list_checkpoints
-from trainers.control_plane import WORKER, connect
+from trainers.control_plane import WORKER
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +178,7 @@ def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datet
 def plan(cfg: PipelineConfig, now: datetime | None = None) -> list[Deletion]:
     """Everything retention would delete now, with the reason; deletes nothing."""
     now = now or datetime.now(UTC)
-    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     return [
         *_passes(cfg, r, keys, now),
         *_slices(cfg, now),
@@ -195,10 +196,10 @@ def apply(
     deletions = plan(cfg, now)
     if dry_run:
         return RetentionResult(True, deletions)
-    r = connect(cfg.redis.url)
+    r = connect(cfg.redis)
     registry = registry_for(cfg)
-    layers = RedisStore.from_url(
-        cfg.redis.url, RedisKeys(cfg.name), cfg.model.model, Path(cfg.paths.model_root)
+    layers = RedisStore.from_config(
+        cfg.redis, RedisKeys(cfg.name), cfg.model.model, Path(cfg.paths.model_root)
     )
     for d in deletions:
         if d.kind == "redis" and " MINID " in d.target:

@@ -22,8 +22,8 @@ from streaming.synthetic import read_best_auc
 from streamrec.config import PipelineConfig
 from streamrec.errors import ContractError
 from streamrec.passes import complete_passes, pass_dir, read_manifest, window_ms
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.control_plane import connect
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _row(
 def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None) -> list[PassRow]:
     """The newest ``limit`` passes known on disk or in Redis, oldest first; a complete pass
     that is not trained is flagged, and marked stale once it has waited two windows."""
-    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     prefix = keys.pass_status("")
     known = set(complete_passes(cfg.paths.data_root))
     known |= {k[len(prefix) :] for k in r.scan_iter(keys.pass_status("*"))}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 ARTIFACT_VERSION = 2
 MANIFEST_NAME = "MANIFEST.json"
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MODEL_PREFIX = "model"
 ONNX_NAME = "model.onnx"
 ONNX_OPSET = 11
@@ -51,7 +53,15 @@ ONNX_OPSET = 11
 
 def artifact_dir(cfg: PipelineConfig, version: str) -> Path:
     """Where version ``version`` of this pipeline's model lives."""
-    return Path(cfg.paths.model_root) / cfg.model.model / version
+    return version_dir(Path(cfg.paths.model_root) / cfg.model.model, version)
+
+
+def version_dir(model_dir: Path, version: str) -> Path:
+    """``model_dir / version``; ExportInvalid unless ``version`` is one plain directory
+    name (names come from Redis and from manifests: ``../x`` must not reach outside)."""
+    if not isinstance(version, str) or not _PLAIN_NAME.fullmatch(version):
+        raise ExportInvalid(f"version {version!r} is not a plain directory name: refused")
+    return Path(model_dir) / version
 
 
 def read_published(directory: Path) -> dict[str, Any] | None:
@@ -191,14 +201,14 @@ def package_export(
 
 def lineage(model_dir: Path, version: str) -> list[dict[str, Any]]:
     """Verified manifests from the full version ``version`` builds on, to ``version``."""
-    chain = [verify_artifact(Path(model_dir) / version)]
+    chain = [verify_artifact(version_dir(model_dir, version))]
     while chain[-1]["sparse"]["kind"] == "delta":
         parent = chain[-1]["sparse"]["parent"]
-        if not (Path(model_dir) / parent).is_dir():
+        if not version_dir(model_dir, parent).is_dir():
             raise ExportInvalid(
                 f"version {chain[0]['version']} needs {parent}, which is gone from {model_dir}"
             )
-        chain.append(verify_artifact(Path(model_dir) / parent))
+        chain.append(verify_artifact(version_dir(model_dir, parent)))
     return chain[::-1]
 
 
@@ -206,11 +216,11 @@ def ancestors(model_dir: Path, version: str) -> list[str]:
     """The versions ``version`` builds on (its delta parents back to a full version), read
     from the published manifests without verifying them; stops where one is gone."""
     found = []
-    manifest = read_published(Path(model_dir) / version)
+    manifest = read_published(version_dir(model_dir, version))
     while manifest is not None and manifest.get("sparse", {}).get("kind") == "delta":
         parent = manifest["sparse"]["parent"]
         found.append(parent)
-        manifest = read_published(Path(model_dir) / parent)
+        manifest = read_published(version_dir(model_dir, parent))
     return found
 
 
@@ -223,13 +233,17 @@ def load_sparse(directory: Path) -> SparseEmbeddings:
 
 
 def verify_artifact(directory: Path) -> dict[str, Any]:
-    """The manifest of ``directory`` after checking every file against its sha256."""
+    """The manifest of ``directory`` after checking every file against its sha256; a file
+    the manifest places outside ``directory`` (``../``, absolute, a symlink out) is refused."""
     manifest_path = Path(directory) / MANIFEST_NAME
     if not manifest_path.is_file():
         raise ExportInvalid(f"{directory}: no {MANIFEST_NAME}")
     manifest = json.loads(manifest_path.read_text())
+    root = Path(directory).resolve()
     for rel, digest in manifest["files"].items():
         path = Path(directory) / rel
+        if Path(rel).is_absolute() or not path.resolve().is_relative_to(root):
+            raise ExportInvalid(f"{manifest_path}: file {rel!r} is outside the artifact: refused")
         if not path.is_file() or sha256_file(path) != digest:
             raise ExportInvalid(f"{path}: missing or checksum mismatch")
     return manifest

@@ -22,13 +22,14 @@ from serving_export.quality_gate import GateDecision, judge
 from serving_export.registry import ModelRegistry
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streamrec.config import PipelineConfig
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
 
 
 def _redis(cfg: PipelineConfig) -> redis.Redis:
-    return redis.Redis.from_url(cfg.redis.url, decode_responses=True, socket_timeout=30)
+    return connect(cfg.redis)
 
 
 def registry_for(cfg: PipelineConfig) -> ModelRegistry:
@@ -89,7 +90,7 @@ def sparse_store_for(cfg: PipelineConfig) -> InProcessStore | RedisStore:
     """The sparse store ``serving.sparse_store`` names."""
     model_dir = Path(cfg.paths.model_root) / cfg.model.model
     if cfg.serving.sparse_store == "redis":
-        return RedisStore.from_url(cfg.redis.url, RedisKeys(cfg.name), cfg.model.model, model_dir)
+        return RedisStore.from_config(cfg.redis, RedisKeys(cfg.name), cfg.model.model, model_dir)
     return InProcessStore(model_dir, cfg.serving.compact_ratio)
 
 

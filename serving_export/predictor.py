@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from serving_export.artifact import MODEL_PREFIX, ONNX_NAME, verify_artifact
+from serving_export.artifact import MODEL_PREFIX, ONNX_NAME, verify_artifact, version_dir
 from serving_export.sparse_store import Embeddings, InProcessStore
 from streaming.events import feature_row
 from streaming.feature_signs import SIGN_VERSION, signs_of_values
@@ -114,7 +114,9 @@ class Predictor:
     def serving(cls, model_root: Path, registry: Any) -> Predictor:
         """The predictor of the version the registry marks as serving."""
         manifest = registry.serving()
-        return cls(Path(model_root) / manifest["model"] / manifest["version"])
+        return cls(
+            version_dir(version_dir(Path(model_root), manifest["model"]), manifest["version"])
+        )
 
     def _pooled_feeds(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         """Each slot's sum-pooled embeddings, from one lookup of every sign of the batch

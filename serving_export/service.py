@@ -7,6 +7,10 @@
     GET  /version   what serves: version, its freshness, sparse kind
     GET  /metrics   Prometheus text
 
+With ``serving.bearer_token_env`` (or ``_file``) set, /predict and /version answer 401
+unless the request carries ``Authorization: Bearer <token>``; the probes and the metrics
+stay open for the orchestrator and the scraper.
+
 FastAPI on uvicorn: the ASGI stack the Python serving ecosystem runs on (and the one
 Airflow already brings), with Starlette's thread pool for the blocking Paddle call.
 
@@ -21,6 +25,7 @@ the old one keeps serving and the next poll tries again.
 from __future__ import annotations
 
 import argparse
+import hmac
 import json
 import logging
 import sys
@@ -44,6 +49,7 @@ from prometheus_client import (
 )
 from starlette.concurrency import run_in_threadpool
 
+from serving_export.artifact import version_dir
 from serving_export.predictor import Predictor
 from serving_export.registry import ModelRegistry
 from serving_export.sparse_store import InProcessStore, RedisStore
@@ -52,6 +58,7 @@ from streaming.events import feature_row
 from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, load_config
 from streamrec.errors import ConfigError, StreamrecError
 from streamrec.logs import setup_logging
+from streamrec.redis_conn import refused_credentials
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +161,10 @@ class VersionFollower:
         try:
             embeddings = self._store.embeddings_for(version)
             predictor = Predictor(
-                self._store.model_dir / version, embeddings, self._cfg.threads, self._cfg.runtime
+                version_dir(self._store.model_dir, version),
+                embeddings,
+                self._cfg.threads,
+                self._cfg.runtime,
             )
         except Exception as e:  # a bad version must not stop the one serving
             self._metrics.load_failures.inc()
@@ -251,12 +261,21 @@ def parse_request(body: bytes, schema: SchemaConfig, max_events: int) -> tuple[l
     return rows, ids
 
 
+def _authorized(request: Request, token: str | None) -> bool:
+    if token is None:
+        return True
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    # constant time: the comparison must not tell how much of a guess was right
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+
+
 def create_app(
     cfg: ServingConfig, registry: ModelRegistry, store: InProcessStore | RedisStore
 ) -> FastAPI:
     """The service's ASGI app; its lifespan starts and stops the version follower."""
     from contextlib import asynccontextmanager
 
+    token = cfg.bearer_token()
     state = ServingState()
     metrics = ServingMetrics()
     follower = VersionFollower(registry, store, state, metrics, cfg)
@@ -282,6 +301,8 @@ def create_app(
     async def predict(request: Request) -> Response:
         started = time.perf_counter()
         try:
+            if not _authorized(request, token):
+                raise RequestRejected(401, "unauthorized", "send Authorization: Bearer <token>")
             body = await _read_body(request, cfg.max_body_bytes)
             predictor = state.current  # read once: this request's version, whatever swaps
             if predictor is None:
@@ -315,7 +336,10 @@ def create_app(
         return JSONResponse({"status": "ready", "version": current.version})
 
     @app.get("/version")
-    def version() -> Response:
+    def version(request: Request) -> Response:
+        if not _authorized(request, token):
+            metrics.requests.labels("version", "401").inc()
+            return _error(401, "unauthorized", "send Authorization: Bearer <token>")
         current = state.current
         if current is None:
             return _error(503, "not_ready", "no model version is loaded yet")
@@ -337,6 +361,18 @@ def create_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _credentials_accepted(registry: ModelRegistry) -> None:
+    """ConfigError now, at start, when Redis refuses our credentials; a Redis that does not
+    answer yet is only logged: the version follower keeps trying."""
+    try:
+        registry.serving_version()
+    except redis.RedisError as e:
+        fix = refused_credentials(e)
+        if fix:
+            raise ConfigError(fix) from None
+        log.warning("Redis does not answer yet (%s); serving starts and retries", e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -368,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {"sparse_store": args.sparse_store, "runtime": args.runtime}
         serving = cfg.serving.model_copy(update={k: v for k, v in overrides.items() if v})
         cfg = cfg.model_copy(update={"serving": serving})
-        app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg))
+        registry = registry_for(cfg)
+        _credentials_accepted(registry)
+        app = create_app(cfg.serving, registry, sparse_store_for(cfg))
     except StreamrecError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

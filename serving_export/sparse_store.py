@@ -29,6 +29,8 @@ import redis
 from serving_export.artifact import lineage, load_sparse
 from serving_export.errors import ServingError
 from serving_export.sparse_table import LayeredEmbeddings
+from streamrec.config import RedisConfig
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
@@ -111,13 +113,10 @@ class RedisStore:
         self.model_dir = Path(model_dir)
 
     @classmethod
-    def from_url(cls, url: str, keys: RedisKeys, model: str, model_dir: Path) -> RedisStore:
-        return cls(
-            redis.Redis.from_url(url, decode_responses=False, socket_timeout=30),
-            keys,
-            model,
-            model_dir,
-        )
+    def from_config(
+        cls, rc: RedisConfig, keys: RedisKeys, model: str, model_dir: Path
+    ) -> RedisStore:
+        return cls(connect(rc, decode=False), keys, model, model_dir)
 
     def written(self) -> dict[str, dict[str, Any]]:
         """Versions whose layer is complete, with their summaries."""

@@ -45,6 +45,7 @@ from streaming.events import (
     pass_table_schema,
 )
 from streaming.join import PartitionJoin
+from streaming.kafka_clients import client_settings
 from streaming.slices import (
     SliceTaken,
     assemble_pass,
@@ -174,14 +175,12 @@ class PassBuilder:
     # -- Kafka edges ---------------------------------------------------------------------
 
     def _prepare_topics(self) -> int:
-        servers, n = self.cfg.kafka.bootstrap_servers, self.cfg.kafka.partitions
+        kafka, n = self.cfg.kafka, self.cfg.kafka.partitions
         for topic in self.topics.values():
-            ensure_topic(servers, topic, n)
+            ensure_topic(kafka, topic, n)
             dlq_ms = int(self.cfg.retention.dead_letter_days * 86_400_000)
-            ensure_topic(
-                servers, topic + self.cfg.kafka.dlq_suffix, 1, {"retention.ms": str(dlq_ms)}
-            )
-        counts = {topic: partition_count(servers, topic) for topic in self.topics.values()}
+            ensure_topic(kafka, topic + kafka.dlq_suffix, 1, {"retention.ms": str(dlq_ms)})
+        counts = {topic: partition_count(kafka, topic) for topic in self.topics.values()}
         if len(set(counts.values())) != 1:
             raise StreamingError(
                 f"impressions and clicks must have the same number of partitions to be joined "
@@ -191,7 +190,7 @@ class PassBuilder:
 
     def _default_consumer(self) -> KafkaConsumer:
         consumer = KafkaConsumer(
-            bootstrap_servers=self.cfg.kafka.bootstrap_servers,
+            **client_settings(self.cfg.kafka),
             group_id=self.cfg.kafka.consumer_group,
             enable_auto_commit=False,
             **CONSUMER_FETCH,
@@ -203,7 +202,7 @@ class PassBuilder:
         return consumer
 
     def _default_dlq(self) -> KafkaProducer:
-        return KafkaProducer(bootstrap_servers=self.cfg.kafka.bootstrap_servers, linger_ms=5)
+        return KafkaProducer(**client_settings(self.cfg.kafka), linger_ms=5)
 
     def _dead_letter(
         self, topic: str, partition: int, offset: int, raw: bytes | None, error: MalformedEvent

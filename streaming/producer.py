@@ -31,10 +31,11 @@ from typing import Any, BinaryIO
 import numpy as np
 from kafka import KafkaProducer
 
+from streaming.kafka_clients import client_settings
 from streaming.synthetic import SyntheticBatch, SyntheticStream, record_best_auc
 from streaming.topics import ensure_topic
 from streamrec.auc import exact_auc
-from streamrec.config import EMBEDDED, PipelineConfig, SchemaConfig, load_config
+from streamrec.config import EMBEDDED, KafkaConfig, PipelineConfig, SchemaConfig, load_config
 from streamrec.errors import StreamrecError
 from streamrec.logs import setup_logging
 from streamrec.passes import compose_pass_id, next_pass_id, window_ms
@@ -45,9 +46,9 @@ Message = tuple[str, dict[str, Any] | bytes]  # (topic, event dict or raw bytes)
 CRITEO_DENSE, CRITEO_SPARSE = 13, 26
 
 
-def make_producer(bootstrap_servers: str) -> KafkaProducer:
+def make_producer(kafka: KafkaConfig) -> KafkaProducer:
     """An idempotent producer (acks=all): a retried send is never written twice."""
-    return KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=20, batch_size=256 * 1024)
+    return KafkaProducer(**client_settings(kafka), linger_ms=20, batch_size=256 * 1024)
 
 
 def send_events(
@@ -129,7 +130,7 @@ def ensure_event_topics(cfg: PipelineConfig) -> None:
     if cfg.join.mode == "click_join":
         topics.append(cfg.join.clicks_topic)
     for topic in topics:
-        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
+        ensure_topic(cfg.kafka, topic, cfg.kafka.partitions)
 
 
 def produce_synthetic(
@@ -139,7 +140,7 @@ def produce_synthetic(
     synthetic passes from ``first_pass_id`` to them, plus the tail that closes the last;
     the batches by pass id."""
     ensure_event_topics(cfg)
-    producer = make_producer(cfg.kafka.bootstrap_servers)
+    producer = make_producer(cfg.kafka)
     try:
         batches = dict(synthetic_passes(cfg, first_pass_id, passes))
         for batch in batches.values():
@@ -176,7 +177,7 @@ def produce_live(
     ensure_event_topics(cfg)
     # A run-specific id prefix: a restarted live producer must not reuse event ids.
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic, id_prefix=f"live{int(time.time())}")
-    producer = make_producer(cfg.kafka.bootstrap_servers)
+    producer = make_producer(cfg.kafka)
     clicks: list[tuple[int, int, dict[str, Any]]] = []  # (click_time, seq, click) heap
     windows: dict[str, list[SyntheticBatch]] = {}
     label_ms = cfg.join.label_window_seconds * 1000 if cfg.join.mode == "click_join" else 0
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.live:
             return _live(cfg, args.rate or 100.0, args.duration)
         ensure_event_topics(cfg)
-        producer = make_producer(cfg.kafka.bootstrap_servers)
+        producer = make_producer(cfg.kafka)
         topic = cfg.kafka.impressions_topic
         messages: Iterable[Message]
         if args.file and args.format == "jsonl":

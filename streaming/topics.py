@@ -9,6 +9,8 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from streaming.errors import StreamingError
+from streaming.kafka_clients import client_settings
+from streamrec.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ CONSUMER_FETCH = {
 
 
 def ensure_topic(
-    bootstrap_servers: str,
+    kafka: KafkaConfig,
     topic: str,
     partitions: int,
     configs: dict[str, str] | None = None,
@@ -36,9 +38,9 @@ def ensure_topic(
     """Create ``topic`` with ``partitions`` partitions (and topic ``configs`` such as
     ``retention.ms``) unless it exists."""
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10_000)
+        admin = KafkaAdminClient(**client_settings(kafka), request_timeout_ms=10_000)
     except KafkaError as e:
-        raise StreamingError(f"cannot reach Kafka at {bootstrap_servers}: {e}") from e
+        raise StreamingError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
     try:
         if topic in admin.list_topics():
             return
@@ -50,9 +52,9 @@ def ensure_topic(
         admin.close()
 
 
-def partition_count(bootstrap_servers: str, topic: str) -> int:
+def partition_count(kafka: KafkaConfig, topic: str) -> int:
     """Number of partitions of ``topic``."""
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=10_000)
+    admin = KafkaAdminClient(**client_settings(kafka), request_timeout_ms=10_000)
     try:
         (description,) = admin.describe_topics([topic])
     except KafkaError as e:

@@ -16,11 +16,13 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from streamrec.errors import ConfigError
+from streamrec.secrets import read_secret, redact_url, secret_source_error
 
 EMBEDDED = "embedded"
 RESERVED_COLUMNS = frozenset(
@@ -54,6 +56,42 @@ class KafkaConfig(_Strict):
     dlq_suffix: str = Field(
         ".dlq", description="Malformed events of topic T go to T + dlq_suffix, with the reason."
     )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="How clients talk to the brokers (SASL_SSL in production)."
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism, with a SASL_* security_protocol."
+    )
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password_env: str | None = Field(
+        None, description="Environment variable holding the SASL password."
+    )
+    sasl_password_file: Path | None = Field(
+        None, description="Absolute path of a file holding the SASL password."
+    )
+    ssl_cafile: Path | None = Field(
+        None, description="CA bundle that signed the brokers' certificates (SSL, SASL_SSL)."
+    )
+
+    @model_validator(mode="after")
+    def _credentials_complete(self) -> KafkaConfig:
+        problem = secret_source_error(
+            "kafka.sasl_password", self.sasl_password_env, self.sasl_password_file
+        )
+        if problem:
+            raise ValueError(problem)
+        if self.security_protocol.startswith("SASL_") and not (
+            self.sasl_username and (self.sasl_password_env or self.sasl_password_file)
+        ):
+            raise ValueError(
+                f"security_protocol {self.security_protocol} needs kafka.sasl_username and "
+                "kafka.sasl_password_env (or kafka.sasl_password_file)"
+            )
+        return self
+
+    def sasl_password(self) -> str | None:
+        """The SASL password, read from its environment variable or file."""
+        return read_secret("kafka.sasl_password", self.sasl_password_env, self.sasl_password_file)
 
 
 class JoinConfig(_Strict):
@@ -70,9 +108,38 @@ class JoinConfig(_Strict):
 
 class RedisConfig(_Strict):
     url: str = Field(
-        description="redis:// URL of the control-plane Redis, or 'embedded' to start a local "
-        "redis-server on loopback."
+        description="redis:// (or rediss://) URL of the control-plane Redis, without a "
+        "password, or 'embedded' to start a local redis-server on loopback."
     )
+    username: str | None = Field(None, description="ACL user; default: Redis's 'default' user.")
+    password_env: str | None = Field(
+        None, description="Environment variable holding the Redis password."
+    )
+    password_file: Path | None = Field(
+        None, description="Absolute path of a file holding the Redis password."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _no_password_in_url(cls, v: str) -> str:
+        if urlsplit(v).password is not None:
+            raise ValueError(
+                f"{redact_url(v)} holds a password: remove it from the URL and set "
+                "redis.password_env (or redis.password_file) instead, so it stays out of "
+                "configs and logs"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _password_readable(self) -> RedisConfig:
+        problem = secret_source_error("redis.password", self.password_env, self.password_file)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def password(self) -> str | None:
+        """The password, read from its environment variable or file."""
+        return read_secret("redis.password", self.password_env, self.password_file)
 
 
 class PassConfig(_Strict):
@@ -178,12 +245,33 @@ class ServingConfig(_Strict):
     threads: int = Field(
         2, ge=1, description="Paddle Inference predictors scoring requests concurrently."
     )
+    bearer_token_env: str | None = Field(
+        None,
+        description="Environment variable holding a token: /predict and /version then need "
+        "'Authorization: Bearer <token>' (health, readiness and metrics stay open).",
+    )
+    bearer_token_file: Path | None = Field(
+        None, description="Absolute path of a file holding that token (instead of the env)."
+    )
     compact_ratio: float = Field(
         0.25,
         gt=0,
         description="In-process store: fold the keys changed since the last full version "
         "into the full table once they exceed this fraction of it.",
     )
+
+    @model_validator(mode="after")
+    def _token_readable(self) -> ServingConfig:
+        problem = secret_source_error(
+            "serving.bearer_token", self.bearer_token_env, self.bearer_token_file
+        )
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    def bearer_token(self) -> str | None:
+        """The token requests must carry, or None when the service is open."""
+        return read_secret("serving.bearer_token", self.bearer_token_env, self.bearer_token_file)
 
 
 class ScheduleConfig(_Strict):
@@ -526,7 +614,9 @@ def _explain(path: Path, err: ValidationError) -> str:
         elif e["type"] == "extra_forbidden":
             lines.append(f"  unknown key '{key}': remove it or fix its spelling.")
         else:
-            lines.append(f"  key '{key}': {e['msg']} (got {e.get('input')!r}). {help_}".rstrip())
+            given = e.get("input")
+            given = redact_url(given) if isinstance(given, str) else given  # never echo one
+            lines.append(f"  key '{key}': {e['msg']} (got {given!r}). {help_}".rstrip())
     return "\n".join(lines)
 
 
@@ -534,8 +624,9 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def _substitute_env(value: Any, path: Path, key: str = "") -> Any:
-    """Replace ``${VAR}`` in string values by the environment's VAR, so secrets (a Redis
-    password in ``redis.url``, Kafka credentials) stay out of the YAML."""
+    """Replace ``${VAR}`` in string values by the environment's VAR (addresses that differ
+    per deployment). Secrets have their own ``*_env`` / ``*_file`` keys instead: they are
+    read when a client is built, so they never enter the resolved config."""
     if isinstance(value, dict):
         return {
             k: _substitute_env(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()

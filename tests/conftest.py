@@ -145,8 +145,8 @@ def kill_mid_pass() -> KillMidPass:
     import signal
     import time
 
+    from streamrec.redis_conn import connect
     from streamrec.redis_keys import RedisKeys
-    from trainers.control_plane import connect
 
     def kill(
         cluster: Any, command_id: str, pass_id: str, role: str, into_training_s: float = 0.3
@@ -156,7 +156,7 @@ def kill_mid_pass() -> KillMidPass:
         victims = cluster.members(role)
         assert victims, f"no {role} process among {cluster.members()}"
         key = RedisKeys(cluster.cfg.name).command(command_id)
-        status = connect(cluster.cfg.redis.url).hget(key, "status")
+        status = connect(cluster.cfg.redis).hget(key, "status")
         assert status == "queued", "the pass finished before the kill: make it longer"
         victims[-1].send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 30

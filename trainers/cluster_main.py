@@ -18,9 +18,10 @@ from pathlib import Path
 
 from streamrec.config import load_config
 from streamrec.logs import setup_logging
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers import dense_average, pass_steps, sync_mode
-from trainers.control_plane import STARTED_ENV, Command, WorkerChannel, connect
+from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
 from trainers.devices import executor_place
 from trainers.pass_steps import WorkerContext, agree_any
 from trainers.server_flags import ADMISSION_FLAG, DENSE_PUSH_FLAGS, preset_paddle_flags
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     fleet.init_worker()
     rank = fleet.worker_index()
     channel = WorkerChannel(
-        connect(cfg.redis.url),
+        connect(cfg.redis),
         RedisKeys(cfg.name),
         rank,
         cfg.cluster.heartbeat_seconds,

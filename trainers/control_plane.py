@@ -21,6 +21,7 @@ import redis
 
 from streamrec.config import PipelineConfig
 from streamrec.passes import closes_day
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
 
@@ -54,11 +55,6 @@ class Command:
         return cls(fields["id"], fields["kind"], fields.get("pass_id", ""), stream_id)  # type: ignore[arg-type]
 
 
-def connect(url: str) -> redis.Redis:
-    """A Redis client returning str values."""
-    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=30)
-
-
 class ClusterClient:
     """Submits commands and waits for their results."""
 
@@ -73,7 +69,7 @@ class ClusterClient:
     @classmethod
     def from_config(cls, cfg: PipelineConfig) -> ClusterClient:
         return cls(
-            connect(cfg.redis.url),
+            connect(cfg.redis),
             RedisKeys(cfg.name),
             cfg.cluster.command_timeout_seconds,
             cfg.cluster.heartbeat_seconds,
@@ -200,27 +196,26 @@ class WorkerChannel:
         self._thread.start()
 
     def set_state(self, state: str) -> None:
-        """What the worker is doing, e.g. ``train 202601010000``; sent with each heartbeat."""
+        """What the worker is doing, e.g. ``train 202601010000``; sent at once (a launcher
+        stopping the cluster reads it) and with each heartbeat."""
         self._state = self._command_state = state
+        self._publish()
 
     def set_stage(self, stage: str) -> None:
         """The stage within the current command: ``train 202601010000: evaluate``."""
         self._state = f"{self._command_state}: {stage}"
 
-    def _beat(self) -> None:
-        key = self._keys.heartbeat(WORKER, self.rank)
+    def _publish(self) -> None:
+        payload = {"rank": self.rank, "pid": os.getpid(), "state": self._state, "ts": time.time()}
         ttl = max(1, int(3 * self._heartbeat_s + 1))
+        try:
+            self._r.set(self._keys.heartbeat(WORKER, self.rank), json.dumps(payload), ex=ttl)
+        except redis.RedisError as e:
+            log.warning("heartbeat failed: %s", e)
+
+    def _beat(self) -> None:
         while not self._stop.is_set():
-            payload = {
-                "rank": self.rank,
-                "pid": os.getpid(),
-                "state": self._state,
-                "ts": time.time(),
-            }
-            try:
-                self._r.set(key, json.dumps(payload), ex=ttl)
-            except redis.RedisError as e:
-                log.warning("heartbeat failed: %s", e)
+            self._publish()
             self._stop.wait(self._heartbeat_s)
 
     def stop_heartbeat(self) -> None:

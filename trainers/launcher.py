@@ -180,7 +180,7 @@ class LocalCluster:
         stays queued, and the next start restores the newest checkpoints and runs it."""
         if not self.running:
             return
-        busy = [w["state"] for w in self.client.live_workers() if w.get("state") != "idle"]
+        busy = self._busy_states()
         if busy:
             log.warning("workers busy (%s): killing the cluster; the next start resumes", busy)
             self.kill()
@@ -192,6 +192,16 @@ class LocalCluster:
         except (StreamrecError, subprocess.TimeoutExpired) as e:
             log.warning("cluster did not stop cleanly (%s); killing it", e)
             self.kill()
+
+    def _busy_states(self) -> list[str]:
+        """States of the workers that are not idle; a command the client saw finish may
+        still show for a moment (its result is recorded before the worker turns idle)."""
+        deadline = time.monotonic() + 2 * self.cfg.cluster.heartbeat_seconds
+        while True:
+            busy = [w["state"] for w in self.client.live_workers() if w.get("state") != "idle"]
+            if not busy or time.monotonic() >= deadline:
+                return busy
+            time.sleep(0.1)
 
     def kill(self) -> None:
         """Kill fleetrun and every process it started."""

@@ -24,9 +24,9 @@ from demo.live import LiveStack
 from ops.status import PassRow
 from serving_export.delivery import registry_for
 from streamrec.passes import complete_passes, pass_id_at
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
-from trainers.control_plane import connect
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
 FIRST_RUN_PASSES = 4
@@ -45,7 +45,7 @@ def _wait(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
 def _train_commands(stack: LiveStack) -> dict[str, list[dict[str, Any]]]:
     """Every train command the cluster completed, by pass: results that trained (not the
     'already done' acknowledgements of a repeated command)."""
-    r, keys = connect(stack.cfg.redis.url), RedisKeys(stack.cfg.name)
+    r, keys = connect(stack.cfg.redis), RedisKeys(stack.cfg.name)
     trained: dict[str, list[dict[str, Any]]] = {}
     for key in r.scan_iter(keys.command("*")):
         command = r.hgetall(key)

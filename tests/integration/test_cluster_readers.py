@@ -39,8 +39,8 @@ def test_reader_trains_every_row_once(
         thread_num=threads,
         progressive=progressive,
     )
-    ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
-    producer = make_producer(cfg.kafka.bootstrap_servers)
+    ensure_topic(cfg.kafka, cfg.kafka.impressions_topic, cfg.kafka.partitions)
+    producer = make_producer(cfg.kafka)
     for _, batch in synthetic_passes(cfg, FIRST, 2):
         send_messages(producer, messages_for(cfg, batch))
     producer.close()

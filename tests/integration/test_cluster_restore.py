@@ -16,9 +16,10 @@ import pytest
 
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import pass_dir, read_manifest
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
-from trainers.control_plane import ClusterClient, connect
+from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
 
 FIRST = "202607010000"
@@ -130,7 +131,7 @@ def test_commands_are_idempotent_across_restarts(stream, make_config) -> None:
         again = cluster.client.train(passes[0])
         assert again["already_done"] and again["test"] == first["test"]
         cluster.restart()
-        r = connect(cfg.redis.url)
+        r = connect(cfg.redis)
         r.delete(RedisKeys(cfg.name).done("train", passes[0]))
         replay = cluster.client.train(passes[0])
         assert replay["already_done"] and replay["already_in_model"] == f"{passes[0]}-base"

@@ -8,6 +8,7 @@ import redis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming.topics import ensure_topic
+from streamrec.config import KafkaConfig
 from streamrec.local_services import local_services
 
 
@@ -15,7 +16,7 @@ def test_services_answer_and_stop(tmp_path: Path) -> None:
     with local_services(tmp_path) as svc:
         client = redis.Redis.from_url(svc.redis_url)
         assert client.ping()
-        ensure_topic(svc.bootstrap_servers, "smoke", 2)
+        ensure_topic(KafkaConfig(bootstrap_servers=svc.bootstrap_servers), "smoke", 2)
         producer = KafkaProducer(bootstrap_servers=svc.bootstrap_servers)
         producer.send("smoke", b"hello", partition=1).get(timeout=10)
         producer.close()

@@ -17,8 +17,8 @@ FIRST = "202604010000"
 
 
 def _produce(cfg: PipelineConfig, passes: int, extra: list[bytes] = ()) -> list[str]:
-    ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions)
-    producer = make_producer(cfg.kafka.bootstrap_servers)
+    ensure_topic(cfg.kafka, cfg.kafka.impressions_topic, cfg.kafka.partitions)
+    producer = make_producer(cfg.kafka)
     ids = []
     for i, (_, batch) in enumerate(synthetic_passes(cfg, FIRST, passes)):
         send_events(producer, cfg.kafka.impressions_topic, batch.events)

@@ -89,8 +89,8 @@ def stack(make_config) -> Stack:
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     assert cfg.join.mode == "click_join"  # the shipped config: labels come from clicks
     for topic in (cfg.kafka.impressions_topic, cfg.join.clicks_topic):
-        ensure_topic(cfg.kafka.bootstrap_servers, topic, cfg.kafka.partitions)
-    producer = make_producer(cfg.kafka.bootstrap_servers)
+        ensure_topic(cfg.kafka, topic, cfg.kafka.partitions)
+    producer = make_producer(cfg.kafka)
     batches = dict(synthetic_passes(cfg, FIRST_PASS, PASSES))
     for i, batch in enumerate(batches.values()):
         send_messages(producer, messages_for(cfg, batch))

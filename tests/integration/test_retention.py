@@ -17,9 +17,10 @@ import pytest
 from serving_export.delivery import registry_for
 from streamrec.config import dump_config
 from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import CheckpointInfo, write_info
-from trainers.control_plane import WORKER, connect
+from trainers.control_plane import WORKER
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
 FIRST = "202601010000"
@@ -34,7 +35,7 @@ def pipeline(make_config, build_passes) -> dict[str, Any]:
     )
     build_passes(cfg, FIRST, 4)
     passes = complete_passes(cfg.paths.data_root)[:4]
-    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     for p in passes[:3]:  # trained, as the cluster records it; the fourth is not
         r.set(keys.done("train", p), f"cmd-{p}")
         r.hset(keys.pass_status(p), "train", json.dumps({"pass_id": p}))
@@ -126,7 +127,7 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     registry = registry_for(cfg)
     assert registry.versions() == [passes[0], passes[2], passes[3]]
     assert registry.serving_version() == passes[0]
-    r, keys = connect(cfg.redis.url), RedisKeys(cfg.name)
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     assert sorted(r.hkeys(keys.sparse_layers(cfg.model.model))) == registry.versions()
     assert not r.exists(keys.sparse_layer(cfg.model.model, passes[1]))
     assert not any(r.exists(keys.done("train", p)) for p in passes[:3])

@@ -235,8 +235,8 @@ def test_services_score_like_the_cluster_full_and_after_three_deltas(stack: Stac
         assert info["age_seconds"] > 0
     finally:
         fresh.stop()
-    layers = RedisStore.from_url(
-        stack.cfg.redis.url,
+    layers = RedisStore.from_config(
+        stack.cfg.redis,
         RedisKeys(stack.cfg.name),
         stack.cfg.model.model,
         Path(stack.cfg.paths.model_root) / stack.cfg.model.model,
@@ -322,8 +322,8 @@ def test_hot_swap_under_load_never_fails_or_mixes_versions(stack: Stack) -> None
 
 
 def test_redis_layer_being_written_is_never_read(stack: Stack) -> None:
-    store = RedisStore.from_url(
-        stack.cfg.redis.url,
+    store = RedisStore.from_config(
+        stack.cfg.redis,
         RedisKeys(stack.cfg.name),
         stack.cfg.model.model,
         Path(stack.cfg.paths.model_root) / stack.cfg.model.model,
@@ -378,8 +378,8 @@ def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
     svc = stack.services["redis"]
     probe = stack.batches[pass_id].events[:8]
     rng = random.Random(11)
-    store = RedisStore.from_url(
-        stack.cfg.redis.url,
+    store = RedisStore.from_config(
+        stack.cfg.redis,
         RedisKeys(stack.cfg.name),
         stack.cfg.model.model,
         Path(stack.cfg.paths.model_root) / stack.cfg.model.model,
@@ -487,3 +487,34 @@ def test_hostile_requests_get_4xx_and_the_service_keeps_serving(stack: Stack) ->
     metrics = svc.client.get("/metrics").text
     assert 'streamrec_serving_requests_total{code="422",endpoint="predict"}' in metrics
     assert "streamrec_serving_version_age_seconds" in metrics
+
+
+def test_a_bearer_token_guards_predictions(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With serving.bearer_token_env set, /predict and /version need the token; the probes
+    and the metrics stay open for the orchestrator."""
+    token = "tok-" + "7" * 32
+    monkeypatch.setenv("SR_TEST_SERVING_TOKEN", token)  # the service process inherits it
+    serving = stack.cfg.serving.model_copy(update={"bearer_token_env": "SR_TEST_SERVING_TOKEN"})
+    work = Path(stack.cfg.paths.work_root)
+    config = dump_config(stack.cfg.model_copy(update={"serving": serving}), work / "token.yaml")
+    assert token not in config.read_text()
+    version = stack.services["inprocess"].client.get("/readyz").json()["version"]
+    svc = Service(config, "inprocess", work / "serve-token.log")
+    try:
+        svc.wait_for(version)  # /readyz is open
+        events = stack.pass_events(stack.trained[-1])[:20]
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": token}):
+            r = svc.client.post("/predict", json={"events": events}, headers=headers)
+            assert (r.status_code, r.json()["error"]) == (401, "unauthorized"), r.text
+        assert svc.client.get("/version").status_code == 401
+        auth = {"authorization": f"Bearer {token}"}
+        r = svc.client.post("/predict", json={"events": events}, headers=auth)
+        assert r.status_code == 200 and r.json()["version"] == version, r.text
+        _, open_scores = stack.services["inprocess"].predict(events)
+        np.testing.assert_allclose(r.json()["p_click"], open_scores, rtol=0, atol=1e-6)
+        assert svc.client.get("/version", headers=auth).json()["version"] == version
+        metrics = svc.client.get("/metrics").text
+        assert 'streamrec_serving_requests_total{code="401",endpoint="predict"} 3.0' in metrics
+    finally:
+        svc.stop()
+    assert token not in (work / "serve-token.log").read_text()

@@ -16,9 +16,10 @@ import pytest
 
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import next_pass_id, pass_dir, read_manifest
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
-from trainers.control_plane import ClusterClient, connect
+from trainers.control_plane import ClusterClient
 
 FIRST = "202608010000"
 
@@ -105,7 +106,7 @@ def test_sigterm_stops_the_cluster_command_and_the_next_start_resumes(
     assert proc.returncode == 0, proc.stderr.read().decode()[-3000:]
     assert not _until_gone(tree), "processes left after SIGTERM"
     assert took < grace / 2, f"a busy cluster took {took:.1f}s to stop"
-    status = connect(cfg.redis.url).hget(RedisKeys(cfg.name).command(command_id), "status")
+    status = connect(cfg.redis).hget(RedisKeys(cfg.name).command(command_id), "status")
     assert status == "queued"
     assert [c.pass_id for c in list_checkpoints(cfg.paths.checkpoint_root)] == [first]
 

@@ -19,9 +19,9 @@ from serving_export import delivery
 from serving_export.quality_gate import GateDecision
 from serving_export.sparse_store import InProcessStore
 from streamrec.config import PipelineConfig, dump_config
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints, saved_column
-from trainers.control_plane import connect
 from trainers.launcher import LocalCluster
 from trainers.strategy import UNSEEN_DAYS_COLUMN
 
@@ -102,7 +102,7 @@ def test_maintenance_runs_once_a_day_and_ages_unseen_keys(stream, plain: Lifecyc
     # once per logical day, across a restart and a lost done marker
     resolved = dump_config(plain.cfg, Path(plain.cfg.paths.work_root) / "again.yaml")
     with LocalCluster(plain.cfg, resolved) as cluster:
-        connect(plain.cfg.redis.url).delete(RedisKeys(plain.cfg.name).done("maintain", passes[3]))
+        connect(plain.cfg.redis).delete(RedisKeys(plain.cfg.name).done("maintain", passes[3]))
         again = cluster.client.maintain_if_day_ends(passes[3], PASS_MINUTES)
     assert again["already_done"] and again["maintenance"]
     assert len([i for i in list_checkpoints(root) if i.kind == "daily"]) == 3

@@ -242,8 +242,8 @@ def test_hostile_events_never_crash_the_builder(make_config, bad: list[bytes]) -
     cfg = _config(
         make_config, join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 500}
     )
-    ensure_topic(cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, 1)
-    producer = make_producer(cfg.kafka.bootstrap_servers)
+    ensure_topic(cfg.kafka, cfg.kafka.impressions_topic, 1)
+    producer = make_producer(cfg.kafka)
     batches = dict(synthetic_passes(cfg, FIRST, 2))
     first, *rest = batches.values()
     topic = cfg.kafka.impressions_topic

@@ -88,3 +88,32 @@ def test_a_missing_or_corrupt_ancestor_is_an_error(model_dir: Path) -> None:
             f.unlink()
     with pytest.raises(ExportInvalid):
         lineage(model_dir, "0120")
+
+
+def test_names_and_files_that_escape_the_model_root_are_refused(model_dir: Path) -> None:
+    outside = model_dir.parent / "outside.npy"  # a file the manifest's checksum matches
+    np.save(outside, np.array([7], dtype=np.uint64))
+    manifest_path = model_dir / "0100" / "MANIFEST.json"
+    manifest = json.loads(manifest_path.read_text())
+    for rel in ("../../outside.npy", str(outside)):
+        manifest["files"] = {rel: sha256_file(outside)}
+        manifest_path.write_text(json.dumps(manifest))
+        with pytest.raises(ExportInvalid, match="outside the artifact"):
+            lineage(model_dir, "0100")
+    # a symlink inside the artifact that points out of it
+    (model_dir / "0100" / "link.npy").symlink_to(outside)
+    manifest["files"] = {"link.npy": sha256_file(outside)}
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ExportInvalid, match="outside the artifact"):
+        lineage(model_dir, "0100")
+    # a delta whose parent names a directory outside, and version names from Redis
+    (model_dir.parent / "evil").mkdir()
+    delta = json.loads((model_dir / "0110" / "MANIFEST.json").read_text())
+    delta["sparse"]["parent"] = "../evil"
+    (model_dir / "0110" / "MANIFEST.json").write_text(json.dumps(delta))
+    for version, call in (("0110", lineage), ("0110", ancestors), ("../evil", lineage)):
+        with pytest.raises(ExportInvalid, match="not a plain directory name"):
+            call(model_dir, version)
+    for name in ("..", ".hidden", "a/b", "", "0100/../../x"):
+        with pytest.raises(ExportInvalid, match="not a plain directory name"):
+            InProcessStore(model_dir).embeddings_for(name)

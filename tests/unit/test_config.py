@@ -37,15 +37,24 @@ def test_shipped_configs_load(repo: Path, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("REDIS_PASSWORD", "s3cret")
     docker = load_config(repo / "configs" / "pipeline.docker.yaml")
     assert not docker.uses_embedded_services
-    assert docker.redis.url == "redis://:s3cret@redis:6379/0"  # the secret is not in the YAML
+    assert docker.redis.url == "redis://redis:6379/0"  # the secret is not in the YAML
+    assert docker.redis.password() == "s3cret"  # but read from the environment
 
 
 def test_missing_environment_variable_is_named_with_its_key(
-    repo: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("REDIS_PASSWORD", raising=False)
-    with pytest.raises(ConfigError, match=r"key 'redis\.url' refers to \$\{REDIS_PASSWORD\}"):
+    with pytest.raises(ConfigError, match=r"redis\.password_env names \$REDIS_PASSWORD"):
         load_config(repo / "configs" / "pipeline.docker.yaml")
+    monkeypatch.delenv("SR_BROKERS", raising=False)
+    path = _write(tmp_path, repo, kafka__bootstrap_servers="${SR_BROKERS}")
+    with pytest.raises(
+        ConfigError, match=r"key 'kafka\.bootstrap_servers' refers to \$\{SR_BROKERS\}"
+    ):
+        load_config(path)
+    monkeypatch.setenv("SR_BROKERS", "k1:9092,k2:9092")
+    assert load_config(path).kafka.bootstrap_servers == "k1:9092,k2:9092"
 
 
 def test_schedule_start_needs_a_zone_and_retention_keeps_records_longer(

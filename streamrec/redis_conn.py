@@ -1,0 +1,34 @@
+"""Clients of the pipeline's Redis, built in one place from ``redis`` in the config: its
+URL, ACL user and password (read from the environment or a file, ``streamrec.secrets``)."""
+
+from __future__ import annotations
+
+import redis
+
+from streamrec.config import RedisConfig
+
+
+def connect(rc: RedisConfig, *, decode: bool = True) -> redis.Redis:
+    """A client of ``rc``'s Redis returning str values (bytes with ``decode=False``)."""
+    return redis.Redis.from_url(
+        rc.url,
+        username=rc.username,
+        password=rc.password(),
+        decode_responses=decode,
+        socket_timeout=30,
+    )
+
+
+def refused_credentials(e: redis.RedisError) -> str | None:
+    """The fix to print when ``e`` is Redis refusing our credentials, else None."""
+    if isinstance(e, redis.AuthenticationError | redis.AuthenticationWrongNumberOfArgsError):
+        return (
+            f"Redis refused the credentials ({e}): check redis.username and the password "
+            "that redis.password_env or redis.password_file points at"
+        )
+    if isinstance(e, redis.ResponseError) and str(e).startswith("NOAUTH"):
+        return (
+            f"Redis wants a password ({e}): set redis.password_env or redis.password_file "
+            "(and redis.username for an ACL user)"
+        )
+    return None
