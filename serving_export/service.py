@@ -56,9 +56,9 @@ from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import feature_row
 from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, load_config
-from streamrec.errors import ConfigError, StreamrecError
+from streamrec.errors import ConfigError, ServiceError, StreamrecError
 from streamrec.logs import setup_logging
-from streamrec.redis_conn import refused_credentials
+from streamrec.redis_conn import require_credentials
 
 log = logging.getLogger(__name__)
 
@@ -363,18 +363,6 @@ def create_app(
     return app
 
 
-def _credentials_accepted(registry: ModelRegistry) -> None:
-    """ConfigError now, at start, when Redis refuses our credentials; a Redis that does not
-    answer yet is only logged: the version follower keeps trying."""
-    try:
-        registry.serving_version()
-    except redis.RedisError as e:
-        fix = refused_credentials(e)
-        if fix:
-            raise ConfigError(fix) from None
-        log.warning("Redis does not answer yet (%s); serving starts and retries", e)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="streamrec serve",
@@ -404,9 +392,11 @@ def main(argv: list[str] | None = None) -> int:
         overrides = {"sparse_store": args.sparse_store, "runtime": args.runtime}
         serving = cfg.serving.model_copy(update={k: v for k, v in overrides.items() if v})
         cfg = cfg.model_copy(update={"serving": serving})
-        registry = registry_for(cfg)
-        _credentials_accepted(registry)
-        app = create_app(cfg.serving, registry, sparse_store_for(cfg))
+        try:  # refused credentials stop the service now, not on every poll
+            require_credentials(cfg.redis)
+        except ServiceError as e:  # a Redis not up yet: the version follower keeps trying
+            log.warning("%s; serving starts and retries", e)
+        app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg))
     except StreamrecError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

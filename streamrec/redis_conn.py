@@ -6,6 +6,8 @@ from __future__ import annotations
 import redis
 
 from streamrec.config import RedisConfig
+from streamrec.errors import ConfigError, ServiceError
+from streamrec.secrets import redact_url
 
 
 def connect(rc: RedisConfig, *, decode: bool = True) -> redis.Redis:
@@ -32,3 +34,15 @@ def refused_credentials(e: redis.RedisError) -> str | None:
             "(and redis.username for an ACL user)"
         )
     return None
+
+
+def require_credentials(rc: RedisConfig) -> None:
+    """One PING at a command's start: ConfigError with the fix when Redis refuses our
+    credentials, ServiceError when it does not answer."""
+    try:
+        connect(rc).ping()
+    except redis.RedisError as e:
+        fix = refused_credentials(e)
+        if fix:
+            raise ConfigError(fix) from None
+        raise ServiceError(f"Redis at {redact_url(rc.url)} does not answer: {e}") from None

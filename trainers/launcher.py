@@ -28,6 +28,7 @@ from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.errors import StreamrecError
 from streamrec.local_services import free_port
 from streamrec.logs import setup_logging
+from streamrec.redis_conn import require_credentials
 from streamrec.signals import ignore_stop_signals, stop_on_sigterm
 from trainers import cluster_main
 from trainers.control_plane import STARTED_ENV, ClusterClient
@@ -230,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         if cfg.uses_embedded_services:
             parser.error("the config says 'embedded': give real Kafka/Redis addresses")
+        require_credentials(cfg.redis)  # before fleetrun: its workers would fail one by one
         resolved = dump_config(cfg, Path(cfg.paths.work_root) / "cluster.resolved.yaml")
         cluster = LocalCluster(cfg, resolved)
         stop_on_sigterm()
