@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from streamrec.errors import ConfigError
-from streamrec.secrets import read_secret, redact_url, secret_source_error
+from streamrec.secrets import check_source, read_secret, redact_url
 
 EMBEDDED = "embedded"
 RESERVED_COLUMNS = frozenset(
@@ -75,11 +75,7 @@ class KafkaConfig(_Strict):
 
     @model_validator(mode="after")
     def _credentials_complete(self) -> KafkaConfig:
-        problem = secret_source_error(
-            "kafka.sasl_password", self.sasl_password_env, self.sasl_password_file
-        )
-        if problem:
-            raise ValueError(problem)
+        check_source("kafka.sasl_password", self.sasl_password_env, self.sasl_password_file)
         if self.security_protocol.startswith("SASL_") and not (
             self.sasl_username and (self.sasl_password_env or self.sasl_password_file)
         ):
@@ -132,9 +128,7 @@ class RedisConfig(_Strict):
 
     @model_validator(mode="after")
     def _password_readable(self) -> RedisConfig:
-        problem = secret_source_error("redis.password", self.password_env, self.password_file)
-        if problem:
-            raise ValueError(problem)
+        check_source("redis.password", self.password_env, self.password_file)
         return self
 
     def password(self) -> str | None:
@@ -262,11 +256,7 @@ class ServingConfig(_Strict):
 
     @model_validator(mode="after")
     def _token_readable(self) -> ServingConfig:
-        problem = secret_source_error(
-            "serving.bearer_token", self.bearer_token_env, self.bearer_token_file
-        )
-        if problem:
-            raise ValueError(problem)
+        check_source("serving.bearer_token", self.bearer_token_env, self.bearer_token_file)
         return self
 
     def bearer_token(self) -> str | None:

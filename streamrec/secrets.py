@@ -15,25 +15,26 @@ from urllib.parse import urlsplit, urlunsplit
 from streamrec.errors import ConfigError
 
 
-def secret_source_error(key: str, env: str | None, file: Path | None) -> str | None:
-    """Why the secret ``key`` (``key + '_env'`` / ``key + '_file'``) cannot be read, or None."""
+def check_source(key: str, env: str | None, file: Path | None) -> None:
+    """ValueError saying why the secret ``key`` (``key + '_env'`` / ``key + '_file'``)
+    cannot be read; the config's validators call it, so a bad source fails at load."""
     if env and file:
-        return f"give either {key}_env or {key}_file, not both"
+        raise ValueError(f"give either {key}_env or {key}_file, not both")
     if env and env not in os.environ:
-        return f"{key}_env names ${env}, which the environment does not have: export it"
+        raise ValueError(f"{key}_env names ${env}, which the environment does not have: export it")
     if file and not Path(file).is_absolute():
-        return f"{key}_file {file} is relative: give an absolute path"
+        raise ValueError(f"{key}_file {file} is relative: give an absolute path")
     if file and not Path(file).is_file():
-        return f"{key}_file {file} does not exist or is not a file"
-    return None
+        raise ValueError(f"{key}_file {file} does not exist or is not a file")
 
 
 def read_secret(key: str, env: str | None, file: Path | None) -> str | None:
     """The secret from the environment variable ``env`` or the file ``file`` (trailing
     newline removed); None when neither is set; ConfigError naming ``key`` otherwise."""
-    problem = secret_source_error(key, env, file)
-    if problem:
-        raise ConfigError(problem)
+    try:
+        check_source(key, env, file)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     if env:
         return os.environ[env]
     if file:
