@@ -388,6 +388,19 @@ def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
         f"{STREAMREC} publish --config {stack.config} --raw-export {raw} && "
         f"{STREAMREC} deliver --config {stack.config} --version {pass_id}"
     )
+
+    def take_back() -> None:
+        shutil.rmtree(store.model_dir / pass_id)
+        delivery.rollback(stack.cfg, PASSES[5])
+        delivery.registry_for(stack.cfg).forget(pass_id)
+        store.drop(pass_id)
+
+    # kill times are fractions of an unkilled run's duration (it varies by machine)
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
+    duration = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    take_back()
     kills = 0
     for attempt in range(12):
         proc = subprocess.Popen(
@@ -396,7 +409,7 @@ def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(rng.uniform(0.2, 4.0))
+        time.sleep(rng.uniform(0.05, 0.9) * duration)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
@@ -409,11 +422,8 @@ def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
         if kills >= 5 and attempt >= 5:
             break
         if serving == pass_id:  # finished before the kill: take the delivery back, again
-            shutil.rmtree(store.model_dir / pass_id)
-            delivery.rollback(stack.cfg, PASSES[5])
-            delivery.registry_for(stack.cfg).forget(pass_id)
-            store.drop(pass_id)
-    print(f"delivery: {kills} SIGKILLs in {attempt + 1} attempts")
+            take_back()
+    print(f"delivery: {kills} SIGKILLs in {attempt + 1} attempts of a {duration:.1f} s run")
     assert kills >= 5
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
