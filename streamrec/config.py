@@ -189,6 +189,12 @@ class ClusterConfig(_Strict):
         180, gt=0, description="How long the launcher waits for every worker's first heartbeat."
     )
     heartbeat_seconds: float = Field(2.0, gt=0, description="Worker heartbeat period.")
+    redis_outage_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="How long workers and the launcher wait for Redis to come back (a "
+        "restart) before giving up; past it the cluster restarts from its checkpoints.",
+    )
     stop_grace_seconds: float = Field(
         20.0,
         gt=0,

@@ -4,20 +4,31 @@ URL, ACL user and password (read from the environment or a file, ``streamrec.sec
 from __future__ import annotations
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from streamrec.config import RedisConfig
 from streamrec.errors import ConfigError, ServiceError
 from streamrec.secrets import redact_url
 
 
-def connect(rc: RedisConfig, *, decode: bool = True) -> redis.Redis:
-    """A client of ``rc``'s Redis returning str values (bytes with ``decode=False``)."""
+def connect(rc: RedisConfig, *, decode: bool = True, ride_out_s: float = 0.0) -> redis.Redis:
+    """A client of ``rc``'s Redis returning str values (bytes with ``decode=False``).
+
+    With ``ride_out_s``, a command that meets a lost connection is retried (backoff up to
+    1 s) for about that long: a long-running process rides out a Redis restart instead of
+    failing. Only for callers whose writes are idempotent (a retried write may have been
+    applied once already)."""
+    extra = {}
+    if ride_out_s > 0:
+        extra["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(ride_out_s) + 5)
     return redis.Redis.from_url(
         rc.url,
         username=rc.username,
         password=rc.password(),
         decode_responses=decode,
         socket_timeout=30,
+        **extra,
     )
 
 

@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     fleet.init_worker()
     rank = fleet.worker_index()
     channel = WorkerChannel(
-        connect(cfg.redis),
+        # its writes are idempotent (hset, set, a transaction of them): safe to retry
+        connect(cfg.redis, ride_out_s=cfg.cluster.redis_outage_seconds),
         RedisKeys(cfg.name),
         rank,
         cfg.cluster.heartbeat_seconds,

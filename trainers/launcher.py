@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import psutil
+import redis
 
 from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.errors import StreamrecError
@@ -238,7 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cluster.start()
             while True:  # a lost server or worker restarts the whole cluster from checkpoints
-                cluster.ensure_healthy()
+                try:
+                    cluster.ensure_healthy()
+                except redis.RedisError as e:  # a restart needs Redis: try again when it is back
+                    log.warning("cannot restart the cluster while Redis is away: %s", e)
                 time.sleep(cfg.cluster.heartbeat_seconds)
         except KeyboardInterrupt:
             ignore_stop_signals()
