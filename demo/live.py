@@ -49,7 +49,7 @@ def live_config(cfg: PipelineConfig, start: datetime) -> PipelineConfig:
             **section("synthetic", click_delay_seconds=3),
             "schedule": ScheduleConfig(
                 start=window_floor(start, PASS_MINUTES),
-                poke_seconds=2,
+                poke_seconds=1,
                 retry_delay_seconds=5,
                 max_retry_delay_seconds=60,
             ),

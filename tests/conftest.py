@@ -31,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "integration" in item.path.parts:
+        if {"integration", "soak"} & set(item.path.parts):
             item.add_marker(pytest.mark.integration)
 
 

@@ -1,0 +1,20 @@
+"""The short chaos soak that CI runs: every kind of fault once, on real services, and
+nothing lost, repeated, out of order or half-served (the long one, on demand:
+``.venv/bin/python tests/soak/chaos.py --passes 30``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chaos import FAULTS, run_soak
+
+PASSES = 10  # a fault after each finished pass but the last: room for all eight kinds
+
+
+def test_every_fault_recovered_and_nothing_lost(tmp_path: Path) -> None:
+    report = run_soak(tmp_path, passes=PASSES, seed=13, pace_s=12)
+    assert report.problems == []
+    assert {f.kind for f in report.faults} == set(FAULTS)
+    not_recovered = [f.kind for f in report.faults if f.recovered_at is None]
+    assert not_recovered == []
+    assert report.requests.get("answered", 0) > 0
