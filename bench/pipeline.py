@@ -1,13 +1,20 @@
-"""Shared set-up of the benchmarks: a pipeline config on the local services, and synthetic
-passes built through the real broker and pass builder."""
+"""Shared set-up of the benchmarks: a pipeline config on the local services, synthetic
+passes built through the real broker and pass builder, and the reference's fleetrun jobs."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_synthetic
-from streamrec.config import PipelineConfig, load_config, with_services
+from streamrec.config import PipelineConfig, SchemaConfig, dump_config, load_config, with_services
+from streamrec.local_services import free_port
+from trainers.launcher import fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST = "202601010000"
@@ -46,3 +53,59 @@ def build(cfg: PipelineConfig, passes: int, first: str = FIRST) -> list[str]:
     finally:
         builder.close()
     return ids[:passes]
+
+
+def tsv_line(schema: SchemaConfig, row: dict[str, Any]) -> str:
+    """One row (label, slot values, dense values by name) as the reference reader's TSV:
+    label, the dense values comma-separated, then one column per slot."""
+    sparse = [",".join(row[s.name]) if s.multi else row[s.name] for s in schema.sparse]
+    dense = ",".join(repr(row[d.name]) for d in schema.dense)
+    return "\t".join([str(row["label"]), dense, *sparse]) + "\n"
+
+
+def fleet_job(
+    cfg: PipelineConfig, work: Path, script: str, *args: str, timeout_s: float = 900
+) -> list[dict[str, Any]]:
+    """Run ``bench/<script>`` under fleetrun with ``cfg``'s servers and workers (given
+    ``--config`` and ``--out``, then ``args``); every worker's report. Raises SystemExit
+    with the logs' tails when a worker did not report."""
+    c = cfg.cluster
+    work.mkdir(parents=True, exist_ok=True)
+    resolved = dump_config(cfg, work / "reference.yaml")
+    out, logs = work / "reference-out", work / "reference-logs"
+    cmd = [
+        fleetrun_path(),
+        "--http_port",
+        str(free_port()),
+        "--servers",
+        ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.servers)),
+        "--workers",
+        ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.workers)),
+        "--log_dir",
+        str(logs),
+        str(REPO / "bench" / script),
+        "--config",
+        str(resolved),
+        "--out",
+        str(out),
+        *args,
+    ]
+    env = {**os.environ, "PADDLE_WITH_GLOO": "1", "GLOG_minloglevel": "2", "PYTHONHASHSEED": "0"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    with subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=work,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    ) as fleetrun:
+        try:
+            fleetrun.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:  # fleetrun waits forever when a server dies
+            os.killpg(fleetrun.pid, signal.SIGKILL)
+    reports = [out / f"worker-{r}.json" for r in range(c.workers)]
+    if not all(r.exists() for r in reports):  # fleetrun exits 0 when a worker fails
+        tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(logs.glob("*")))
+        raise SystemExit(f"{script} failed:\n{tails}")
+    return [json.loads(r.read_text()) for r in reports]

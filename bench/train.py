@@ -26,11 +26,7 @@ and the two peak RSS figures.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,85 +35,33 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from machine import hardware_line
-from pipeline import bench_config, build, section
+from pipeline import bench_config, build, fleet_job, section, tsv_line
 
 from streamrec.config import PipelineConfig, dump_config
-from streamrec.local_services import free_port, local_services
+from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
-from trainers.launcher import LocalCluster, fleetrun_path
-
-REPO = Path(__file__).resolve().parent.parent
+from trainers.launcher import LocalCluster
 
 
 def _tsv_files(cfg: PipelineConfig, pass_id: str, out: Path) -> list[str]:
     """The pass's rows as the reference reader's TSV, one file per Parquet part."""
-    schema = cfg.feature_schema
     directory = pass_dir(cfg.paths.data_root, pass_id)
     files = []
     for part in read_manifest(directory).parts:
         rows = pq.read_table(directory / part.file).to_pylist()
         path = out / (Path(part.file).stem + ".tsv")
         with open(path, "w") as f:
-            for r in rows:
-                sparse = [",".join(r[s.name]) if s.multi else r[s.name] for s in schema.sparse]
-                dense = ",".join(repr(r[d.name]) for d in schema.dense)
-                f.write("\t".join([str(r["label"]), dense, *sparse]) + "\n")
+            f.writelines(tsv_line(cfg.feature_schema, r) for r in rows)
         files.append(str(path))
     return files
 
 
 def _reference(
-    cfg: PipelineConfig,
-    files: list[str],
-    work: Path,
-    script: str = "reference_trainer.py",
-    *extra: str,
+    cfg: PipelineConfig, files: list[str], work: Path, script: str = "reference_trainer.py", *extra
 ) -> float:
-    """Seconds of a bench trainer's ``train_from_dataset`` (slowest worker): the reference,
-    or ``script`` with ``extra`` arguments."""
-    c = cfg.cluster
-    work.mkdir(parents=True, exist_ok=True)
-    resolved = dump_config(cfg, work / "reference.yaml")
-    out = work / "reference-out"
-    cmd = [
-        fleetrun_path(),
-        "--http_port",
-        str(free_port()),
-        "--servers",
-        ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.servers)),
-        "--workers",
-        ",".join(f"127.0.0.1:{free_port()}" for _ in range(c.workers)),
-        "--log_dir",
-        str(work / "reference-logs"),
-        str(REPO / "bench" / script),
-        "--config",
-        str(resolved),
-        "--files",
-        ",".join(files),
-        "--out",
-        str(out),
-        *extra,
-    ]
-    env = {**os.environ, "PADDLE_WITH_GLOO": "1", "GLOG_minloglevel": "2", "PYTHONHASHSEED": "0"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    logs = work / "reference-logs"
-    with subprocess.Popen(
-        cmd,
-        env=env,
-        cwd=work,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    ) as fleetrun:
-        try:
-            fleetrun.wait(timeout=900)
-        except subprocess.TimeoutExpired:  # fleetrun waits forever when a server dies
-            os.killpg(fleetrun.pid, signal.SIGKILL)
-    reports = [out / f"worker-{r}.json" for r in range(c.workers)]
-    if not all(r.exists() for r in reports):  # fleetrun exits 0 when a worker fails
-        tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(logs.glob("*")))
-        raise SystemExit(f"{script} failed:\n{tails}")
-    return max(json.loads(r.read_text())["seconds"] for r in reports)
+    """Seconds of a bench trainer's ``train_from_dataset`` (slowest worker)."""
+    reports = fleet_job(cfg, work, script, "--files", ",".join(files), *extra)
+    return max(r["seconds"] for r in reports)
 
 
 def _server_memory_mib(cluster: LocalCluster, field: str) -> float:

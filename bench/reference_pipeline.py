@@ -1,0 +1,152 @@
+"""The doc-style reference pipeline for bench/e2e.py, built only from what Paddle's
+parameter-server documents show. A Kafka consumer appends each impression to a text file of
+its event-time window (one per partition, so each worker gets a file); once the wall clock
+passes a window's end plus the allowed lateness the window is closed (later events for it
+are dropped and counted) and a fresh fleetrun job trains it: it loads the model the
+previous pass saved, trains with ``train_from_dataset``, saves the whole model and exports
+an inference model (bench/reference_trainer.py). Jobs run one at a time, in window order,
+as a cron job per window would.
+
+    python bench/reference_pipeline.py --config C --root DIR --first PASS_ID --passes N
+
+Writes one JSON line per pass to ``<root>/passes.jsonl``: the pass, its rows, the job's
+start and end (epoch seconds) and its ``train_from_dataset`` seconds; at the end, the
+events dropped as late (per window) or malformed to ``<root>/dropped.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from kafka import KafkaConsumer
+from pipeline import fleet_job, tsv_line
+
+from streaming.kafka_clients import client_settings
+from streamrec.config import PipelineConfig, load_config
+from streamrec.logs import setup_logging
+from streamrec.passes import compose_pass_id, window_ms
+
+log = logging.getLogger("bench.reference")
+
+
+class WindowFiles:
+    """Impressions appended to ``<root>/data/<window>/part-<partition>.tsv`` by event time;
+    a closed window takes no more (its late events are counted)."""
+
+    def __init__(self, cfg: PipelineConfig, root: Path, first: str) -> None:
+        self._cfg, self._root, self._first = cfg, root, first
+        self._open: dict[tuple[str, int], TextIO] = {}
+        self._closed: set[str] = set()
+        self._lock = threading.Lock()
+        self.rows: dict[str, int] = {}
+        self.late: dict[str, int] = {}
+        self.malformed = 0
+
+    def add(self, partition: int, value: bytes) -> None:
+        try:
+            event = json.loads(value)
+            window = compose_pass_id(event["event_time"], self._cfg.passes.pass_minutes)
+        except (ValueError, KeyError, TypeError):
+            self.malformed += 1
+            return
+        if window < self._first:
+            return
+        schema = self._cfg.feature_schema
+        row = {
+            "label": event.get("label", 0),
+            **{s.name: event["sparse"].get(s.name, s.default) for s in schema.sparse},
+            **{d.name: event["dense"].get(d.name, d.default) for d in schema.dense},
+        }
+        with self._lock:
+            if window in self._closed:
+                self.late[window] = self.late.get(window, 0) + 1
+                return
+            f = self._open.get((window, partition))
+            if f is None:
+                path = self._root / "data" / window / f"part-{partition}.tsv"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                f = self._open[(window, partition)] = open(path, "a")  # noqa: SIM115 (closed by close())
+            f.write(tsv_line(self._cfg.feature_schema, row))
+            self.rows[window] = self.rows.get(window, 0) + 1
+
+    def close(self, window: str) -> list[str]:
+        """Close ``window``; its files."""
+        with self._lock:
+            self._closed.add(window)
+            for key in [k for k in self._open if k[0] == window]:
+                self._open.pop(key).close()
+        return sorted(str(p) for p in (self._root / "data" / window).glob("*.tsv"))
+
+
+def consume(cfg: PipelineConfig, files: WindowFiles, stop: threading.Event) -> None:
+    """The impressions topic from its start into ``files``, until ``stop``."""
+    consumer = KafkaConsumer(
+        cfg.kafka.impressions_topic,
+        **client_settings(cfg.kafka),
+        group_id=f"{cfg.kafka.consumer_group}-reference",
+        auto_offset_reset="earliest",
+    )
+    try:
+        while not stop.is_set():
+            for tp, messages in consumer.poll(timeout_ms=200).items():
+                for m in messages:
+                    files.add(tp.partition, m.value)
+    finally:
+        consumer.close()
+
+
+def train_window(
+    cfg: PipelineConfig, root: Path, window: str, files: list[str], previous: str | None
+) -> dict[str, Any]:
+    """One pass's fleetrun job: load ``previous``'s model, train, save, export."""
+    args = ["--files", ",".join(files), "--save", str(root / "checkpoints" / window)]
+    args += ["--export", str(root / "models" / window)]
+    if previous is not None:
+        args += ["--load", str(root / "checkpoints" / previous)]
+    started = time.time()
+    reports = fleet_job(cfg, root / "jobs" / window, "reference_trainer.py", *args)
+    return {"started": started, "done": time.time(), "train_s": max(r["seconds"] for r in reports)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--config", required=True, type=Path)
+    parser.add_argument("--root", required=True, type=Path)
+    parser.add_argument("--first", required=True, help="the first pass id to train")
+    parser.add_argument("--passes", required=True, type=int)
+    parser.add_argument("--lateness-s", type=float, default=5.0)
+    args = parser.parse_args()
+    setup_logging()
+    cfg = load_config(args.config)
+    files = WindowFiles(cfg, args.root, args.first)
+    stop = threading.Event()
+    consumer = threading.Thread(target=consume, args=(cfg, files, stop), daemon=True)
+    consumer.start()
+    minutes = cfg.passes.pass_minutes
+    window, previous = args.first, None
+    with open(args.root / "passes.jsonl", "a") as out:
+        for _ in range(args.passes):
+            end = window_ms(window, minutes)[1] / 1000
+            time.sleep(max(0.0, end + args.lateness_s - time.time()))
+            paths = files.close(window)
+            result = train_window(cfg, args.root, window, paths, previous) if paths else {}
+            record = {"pass_id": window, "rows": files.rows.get(window, 0), **result}
+            out.write(json.dumps(record) + "\n")
+            out.flush()
+            log.info("reference pass %s: %s", window, record)
+            previous = window if paths else previous
+            window = compose_pass_id(int(end * 1000), minutes)
+    stop.set()
+    consumer.join(10)
+    dropped = {"late": files.late, "malformed": files.malformed}
+    (args.root / "dropped.json").write_text(json.dumps(dropped))
+
+
+if __name__ == "__main__":
+    main()
