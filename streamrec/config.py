@@ -192,8 +192,8 @@ class ClusterConfig(_Strict):
     redis_outage_seconds: float = Field(
         60.0,
         ge=0,
-        description="How long workers and the launcher wait for Redis to come back (a "
-        "restart) before giving up; past it the cluster restarts from its checkpoints.",
+        description="How long workers keep retrying Redis when it goes away (a restart); "
+        "past it they fail, and the cluster restarts from its checkpoints once Redis is back.",
     )
     stop_grace_seconds: float = Field(
         20.0,

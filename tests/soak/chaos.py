@@ -40,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -611,7 +612,7 @@ def _mean_auc(passes: list[str], auc: dict[str, float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def run_soak(root: Path, passes: int, seed: int, pace_s: float = 15.0) -> SoakReport:
+def run_soak(root: Path, passes: int, seed: int, pace_s: float = 25.0) -> SoakReport:
     """The soak from start to checks; prints the fault table."""
     soak = Soak(root, passes, seed, pace_s)
     started = time.time()
@@ -633,15 +634,15 @@ def main() -> int:
     )
     parser.add_argument("--passes", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--pace", type=float, default=15.0, help="seconds between windows")
+    parser.add_argument("--pace", type=float, default=25.0, help="seconds between windows")
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args()
     setup_logging()
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.keep or Path(tmp)
-        report = run_soak(root, args.passes, args.seed, args.pace)
+    if args.keep:
+        report = run_soak(args.keep, args.passes, args.seed, args.pace)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            report = run_soak(Path(tmp), args.passes, args.seed, args.pace)
     return 1 if report.problems else 0
 
 
