@@ -17,9 +17,12 @@ The stream starts first and Airflow's schedule from its window, as a user deploy
 running stream would. The first full window is a warm-up on both sides; the ``--passes``
 after it are measured. **Freshness** = serving time minus the window's end; **overhead** =
 freshness minus the lateness wait. CPU seconds (user + system, with reaped children) and
-peak RSS are sampled per process tree every second; the broker and the producer serve
-both and are reported apart. CPU per 1k events counts from the first measured window's
-start until the pipeline served the last one.
+memory (PSS: shared pages split between the processes sharing them, so Paddle's library
+and Airflow's forks are not counted once per process) are sampled per process tree every
+second; the broker serves both and is reported apart (the producer runs in this script).
+CPU per 1k events counts from the first measured window's start until the pipeline served
+the last one, so both sides include the warm-up pass's training and a few seconds of the
+next window's ingestion: a little high, on both alike.
 
     .venv/bin/python bench/e2e.py [--rate 200] [--passes 10]
 
@@ -47,33 +50,32 @@ from typing import Any
 
 import psutil
 from machine import hardware_line
-from pipeline import REPO, section
+from pipeline import REPO, STREAMREC, bench_config
 
 from demo.live import live_config
 from ops.airflow_local import LocalAirflow
 from streaming.producer import produce_live
-from streamrec.config import PipelineConfig, dump_config, load_config, with_services
+from streamrec.config import PipelineConfig, dump_config
+from streamrec.errors import ContractError
 from streamrec.local_services import LocalServices, free_port, local_services
 from streamrec.passes import compose_pass_id, pass_dir, read_manifest, window_ms
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
 
-LATENESS_S = 5
-STREAMREC = str(Path(sys.executable).with_name("streamrec"))
 OURS, REFERENCE, SHARED = "streamrec", "reference", "broker"
 
 
 @dataclass
 class TreeMeter:
-    """CPU seconds and peak RSS of groups of process trees (each group in named parts),
+    """CPU seconds and peak PSS of groups of process trees (each group in named parts),
     sampled by a thread. A tree's CPU is each live process's own time plus what it reaped
     from its children, so a short-lived child (an Airflow task, a fleetrun job) counts
     once, in its parent."""
 
     parts: dict[tuple[str, str], list[psutil.Process]] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # by "group" and "group:part"
-    peak_rss: dict[str, float] = field(default_factory=dict)  # by group
+    peak_pss: dict[str, float] = field(default_factory=dict)  # by group
     marks: dict[str, float] = field(default_factory=dict)  # "<group or part>/<mark>" -> CPU s
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -85,30 +87,31 @@ class TreeMeter:
         with self._lock:
             totals: dict[str, list[float]] = {}
             for (group, part), roots in self.parts.items():
-                cpu = rss = 0.0
+                cpu = pss = 0.0
                 for p in _trees(roots):
                     try:
-                        t, m = p.cpu_times(), p.memory_info()
+                        t, m = p.cpu_times(), p.memory_full_info()
                     except psutil.Error:  # exited since the listing
                         continue
                     cpu += t.user + t.system + t.children_user + t.children_system
-                    rss += m.rss
+                    pss += m.pss
                 # a child that exited but is not reaped yet is briefly in no one's time
                 key = f"{group}:{part}"
                 self.cpu[key] = max(cpu, self.cpu.get(key, 0.0))
                 total = totals.setdefault(group, [0.0, 0.0])
                 total[0] += self.cpu[key]
-                total[1] += rss
-            for group, (cpu, rss) in totals.items():
+                total[1] += pss
+            for group, (cpu, pss) in totals.items():
                 self.cpu[group] = cpu
-                self.peak_rss[group] = max(rss, self.peak_rss.get(group, 0.0))
+                self.peak_pss[group] = max(pss, self.peak_pss.get(group, 0.0))
 
     def mark(self, group: str, name: str) -> None:
         """Remember the CPU seconds of ``group`` and of each of its parts now, as ``name``."""
         self.sample()
-        for key, seconds in self.cpu.items():
-            if key == group or key.startswith(f"{group}:"):
-                self.marks[f"{key}/{name}"] = seconds
+        with self._lock:
+            for key, seconds in self.cpu.items():
+                if key == group or key.startswith(f"{group}:"):
+                    self.marks[f"{key}/{name}"] = seconds
 
     def between(self, key: str, first: str, last: str) -> float:
         return self.marks[f"{key}/{last}"] - self.marks[f"{key}/{first}"]
@@ -179,26 +182,9 @@ def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen, timeout_
 
 
 def e2e_config(services: LocalServices, root: Path, stream_start: datetime) -> PipelineConfig:
-    """Labels in the impressions, the live mode's 1-minute passes with 5 s lateness,
-    Airflow's schedule from the stream's first window."""
-    cfg = with_services(
-        load_config(REPO / "configs" / "pipeline.yaml"),
-        services.bootstrap_servers,
-        services.redis_url,
-    )
-    cfg = section(cfg, "join", mode="label_in_impression")
-    cfg = section(
-        cfg,
-        "paths",
-        data_root=root / "data",
-        checkpoint_root=root / "checkpoints",
-        model_root=root / "models",
-        work_root=root / "run",
-    )
-    cfg = live_config(cfg, stream_start)
-    if cfg.passes.allowed_lateness_seconds != LATENESS_S:
-        raise SystemExit(f"the live mode's lateness is no longer {LATENESS_S} s: update e2e.py")
-    return cfg
+    """The benches' config (labels in the impressions) with the live mode's passes (1 minute,
+    5 s lateness) and Airflow's schedule from the stream's first window."""
+    return live_config(bench_config(services, root, OURS), stream_start)
 
 
 def _next(pass_id: str, minutes: int) -> str:
@@ -243,12 +229,17 @@ def _read_jsonl(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def ours_by_pass(cfg: PipelineConfig, passes: list[str], served: dict[str, float]) -> list[dict]:
-    """Per pass: rows, and when it was complete, trained and served (epoch seconds)."""
+    """Per pass: rows, and when it was complete, trained and served (epoch seconds); a pass
+    never completed is left out (and shows as not served)."""
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     rows = []
     for pass_id in passes:
         status = {k: json.loads(v) for k, v in r.hgetall(keys.pass_status(pass_id)).items()}
-        manifest = read_manifest(pass_dir(cfg.paths.data_root, pass_id))
+        try:
+            manifest = read_manifest(pass_dir(cfg.paths.data_root, pass_id))
+        except ContractError:
+            print(f"pass {pass_id} was never complete")
+            continue
         train = status.get("train", {})
         rows.append(
             {
@@ -259,15 +250,11 @@ def ours_by_pass(cfg: PipelineConfig, passes: list[str], served: dict[str, float
                 "trained": train.get("trained_at"),
                 "train_s": train.get("seconds", {}).get("train"),
                 "auc": train.get("test", {}).get("auc"),
-                "gate": status.get("gate", {}).get("passed"),
                 "served": served.get(pass_id),
             }
         )
+    r.close()
     return rows
-
-
-def _p(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 def _after(t: float | None, end: float) -> str:
@@ -283,7 +270,7 @@ def report(
     rate: float,
 ) -> None:
     """The per-pass table, both pipelines' figures side by side, the RESULT lines."""
-    minutes = cfg.passes.pass_minutes
+    minutes, lateness = cfg.passes.pass_minutes, cfg.passes.allowed_lateness_seconds
     print("\nseconds after each window's end (freshness = served):")
     print(
         f"{'pass':<13}{'rows':>7} | streamrec {'complete':>8} {'trains':>7} {'trained':>7}"
@@ -324,11 +311,11 @@ def report(
             "served": f"{len(served)}/{len(measured)}",
             "events/s trained": rows / span,
             "training samples/s": rows / train if train else 0.0,
-            "freshness p50 s": _p(served, 50) if served else float("nan"),
+            "freshness p50 s": statistics.median(served) if served else float("nan"),
             "freshness max s": max(served, default=float("nan")),
-            "overhead p50 s": (_p(served, 50) - LATENESS_S) if served else float("nan"),
+            "overhead p50 s": statistics.median(served) - lateness if served else float("nan"),
             "CPU s per 1k events": cpu / rows * 1000 if cpu and rows else float("nan"),
-            "peak RSS MiB": meter.peak_rss.get(name, 0.0) / 2**20,
+            "peak PSS MiB": meter.peak_pss.get(name, 0.0) / 2**20,
         }
     print(f"\nmeasured: {len(measured)} one-minute passes, stream {rate:g} impressions/s")
     print(f"  {'':<22}{OURS:>12}{REFERENCE:>12}")
@@ -346,7 +333,7 @@ def report(
         print(f"  {OURS} CPU s per 1k events by part: {shares}")
     print(
         f"  shared: broker {meter.cpu.get(SHARED, 0):.0f} CPU s,"
-        f" peak {meter.peak_rss.get(SHARED, 0) / 2**20:.0f} MiB"
+        f" peak {meter.peak_pss.get(SHARED, 0) / 2**20:.0f} MiB"
     )
     ours_p50 = figures[OURS]["freshness p50 s"]
     print(f"RESULT freshness_p50_s {ours_p50:.1f}")
@@ -366,8 +353,8 @@ def run(rate: float, passes: int, root: Path) -> None:
             else:
                 meter.add(SHARED, "broker", child.pid)
         stream_start = datetime.now(UTC)
-        cfg = e2e_config(services, root / "streamrec", stream_start)
-        config_path = dump_config(cfg, root / "streamrec" / "pipeline.yaml")
+        cfg = e2e_config(services, root, stream_start)
+        config_path = dump_config(cfg, root / OURS / "pipeline.yaml")
         minutes = cfg.passes.pass_minutes
         warmup = _next(compose_pass_id(int(stream_start.timestamp() * 1000), minutes), minutes)
         measured = [_next(warmup, minutes)]
@@ -394,14 +381,17 @@ def run(rate: float, passes: int, root: Path) -> None:
             sys.executable,
             str(REPO / "bench" / "reference_pipeline.py"),
             *("--config", str(config_path), "--root", str(ref_root), "--first", warmup),
-            *("--passes", str(passes + 1), "--lateness-s", str(LATENESS_S)),
+            *("--passes", str(passes + 1)),
         )
         meter.add(REFERENCE, "consumer and jobs", reference.pid)
         watch = start_streamrec(stack, cfg, config_path, logs, meter)
         threading.Thread(target=meter.run, name="meter", daemon=True).start()
         stack.callback(meter.stop)
 
-        time.sleep(max(0.0, window_ms(measured[0], minutes)[0] / 1000 - time.time()))
+        late_s = time.time() - window_ms(measured[0], minutes)[0] / 1000
+        if late_s > 0:  # the warm-up pass would not be one: measured passes would catch up
+            raise SystemExit(f"start-up ran {late_s:.0f}s into the first measured window")
+        time.sleep(-late_s)
         for group in (OURS, REFERENCE):
             meter.mark(group, "start")
         last, ref_file = measured[-1], ref_root / "passes.jsonl"
@@ -418,7 +408,7 @@ def run(rate: float, passes: int, root: Path) -> None:
                 raise SystemExit(f"the reference pipeline failed; see {logs / 'reference.log'}")
             print(
                 f"\r  {datetime.now(UTC):%H:%M:%S} streamrec serves"
-                f" {max(watch.first_seen, default='-')}, reference exported"
+                f" {max(list(watch.first_seen), default='-')}, reference exported"
                 f" {max(theirs, default='-')}",
                 end="",
                 flush=True,

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from streamrec.local_services import free_port
 from trainers.launcher import fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent
+STREAMREC = str(Path(sys.executable).with_name("streamrec"))  # the CLI in this venv
 FIRST = "202601010000"
 
 
@@ -24,7 +26,11 @@ def section(cfg: PipelineConfig, name: str, **values) -> PipelineConfig:
     return cfg.model_copy(update={name: getattr(cfg, name).model_copy(update=values)})
 
 
-def bench_config(services, root: Path, name: str, events: int, **synthetic) -> PipelineConfig:
+def bench_config(
+    services, root: Path, name: str, events: int | None = None, **synthetic
+) -> PipelineConfig:
+    """The shipped config on ``services``, labels in the impressions, topics and directories
+    (under ``root/name``) of its own; ``events`` synthetic impressions per pass if given."""
     cfg = with_services(
         load_config(REPO / "configs" / "pipeline.yaml"),
         services.bootstrap_servers,
@@ -33,7 +39,8 @@ def bench_config(services, root: Path, name: str, events: int, **synthetic) -> P
     cfg = cfg.model_copy(update={"name": name})
     cfg = section(cfg, "join", mode="label_in_impression")
     cfg = section(cfg, "kafka", impressions_topic=f"impressions-{name}")
-    cfg = section(cfg, "synthetic", events_per_pass=events, **synthetic)
+    if events is not None:
+        cfg = section(cfg, "synthetic", events_per_pass=events, **synthetic)
     return section(
         cfg,
         "paths",
@@ -104,6 +111,9 @@ def fleet_job(
             fleetrun.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:  # fleetrun waits forever when a server dies
             os.killpg(fleetrun.pid, signal.SIGKILL)
+        except BaseException:  # Ctrl-C or SIGTERM: fleetrun would leave its servers running
+            os.killpg(fleetrun.pid, signal.SIGKILL)
+            raise
     reports = [out / f"worker-{r}.json" for r in range(c.workers)]
     if not all(r.exists() for r in reports):  # fleetrun exits 0 when a worker fails
         tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(logs.glob("*")))

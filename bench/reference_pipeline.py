@@ -1,10 +1,11 @@
 """The doc-style reference pipeline for bench/e2e.py, built only from what Paddle's
 parameter-server documents show. A Kafka consumer appends each impression to a text file of
-its event-time window (one per partition, so each worker gets a file); once the wall clock
-passes a window's end plus the allowed lateness the window is closed (later events for it
-are dropped and counted) and a fresh fleetrun job trains it: it loads the model the
-previous pass saved, trains with ``train_from_dataset``, saves the whole model and exports
-an inference model (bench/reference_trainer.py). Jobs run one at a time, in window order,
+its event-time window (one per partition, so with as many partitions as workers each
+worker gets a file); once the wall clock passes a window's end plus the config's allowed
+lateness the window is closed (later events for it are dropped and counted) and a fresh
+fleetrun job trains it: it loads the model the previous pass saved, trains with
+``train_from_dataset``, saves the whole model and exports an inference model
+(bench/reference_trainer.py). Jobs run one at a time, in window order,
 as a cron job per window would.
 
     python bench/reference_pipeline.py --config C --root DIR --first PASS_ID --passes N
@@ -31,6 +32,7 @@ from streaming.kafka_clients import client_settings
 from streamrec.config import PipelineConfig, load_config
 from streamrec.logs import setup_logging
 from streamrec.passes import compose_pass_id, window_ms
+from streamrec.signals import stop_on_sigterm
 
 log = logging.getLogger("bench.reference")
 
@@ -71,8 +73,8 @@ class WindowFiles:
             if f is None:
                 path = self._root / "data" / window / f"part-{partition}.tsv"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                f = self._open[(window, partition)] = open(path, "a")  # noqa: SIM115 (closed by close())
-            f.write(tsv_line(self._cfg.feature_schema, row))
+                f = self._open[(window, partition)] = open(path, "a")  # noqa: SIM115 (close())
+            f.write(tsv_line(schema, row))
             self.rows[window] = self.rows.get(window, 0) + 1
 
     def close(self, window: str) -> list[str]:
@@ -82,6 +84,11 @@ class WindowFiles:
             for key in [k for k in self._open if k[0] == window]:
                 self._open.pop(key).close()
         return sorted(str(p) for p in (self._root / "data" / window).glob("*.tsv"))
+
+    def close_all(self) -> None:
+        """Close every window still open (those after the last one trained)."""
+        for window in {window for window, _ in self._open}:
+            self.close(window)
 
 
 def consume(cfg: PipelineConfig, files: WindowFiles, stop: threading.Event) -> None:
@@ -120,9 +127,9 @@ def main() -> None:
     parser.add_argument("--root", required=True, type=Path)
     parser.add_argument("--first", required=True, help="the first pass id to train")
     parser.add_argument("--passes", required=True, type=int)
-    parser.add_argument("--lateness-s", type=float, default=5.0)
     args = parser.parse_args()
     setup_logging()
+    stop_on_sigterm()  # so a running job's process group is killed on the way out
     cfg = load_config(args.config)
     files = WindowFiles(cfg, args.root, args.first)
     stop = threading.Event()
@@ -133,7 +140,7 @@ def main() -> None:
     with open(args.root / "passes.jsonl", "a") as out:
         for _ in range(args.passes):
             end = window_ms(window, minutes)[1] / 1000
-            time.sleep(max(0.0, end + args.lateness_s - time.time()))
+            time.sleep(max(0.0, end + cfg.passes.allowed_lateness_seconds - time.time()))
             paths = files.close(window)
             result = train_window(cfg, args.root, window, paths, previous) if paths else {}
             record = {"pass_id": window, "rows": files.rows.get(window, 0), **result}
@@ -144,6 +151,7 @@ def main() -> None:
             window = compose_pass_id(int(end * 1000), minutes)
     stop.set()
     consumer.join(10)
+    files.close_all()
     dropped = {"late": files.late, "malformed": files.malformed}
     (args.root / "dropped.json").write_text(json.dumps(dropped))
 

@@ -8,8 +8,8 @@ For bench/e2e.py's per-pass jobs it also does the documents' incremental steps: 
 ``--load`` the model saved by the previous pass is loaded (``fleet.load_model``, mode 0)
 before training; with ``--save`` the whole model is saved after it
 (``fleet.save_persistables``); with ``--export`` an inference model is written
-(``fleet.save_inference_model``: the program from the slots' ids to the prediction, and
-every table).
+(``fleet.save_inference_model``: the program from the slots' ids and the dense input to
+the prediction, and every table).
 
 The program is streamrec's (``build_distributed_program``: the model and the fleet
 strategy from the same config), so both sides train the same model with the same strategy

@@ -37,7 +37,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 from machine import hardware_line
-from pipeline import bench_config, build, section
+from pipeline import STREAMREC, bench_config, build, section
 
 from serving_export import delivery
 from serving_export.predictor import Predictor
@@ -47,7 +47,6 @@ from streamrec.local_services import free_port, local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 
-STREAMREC = str(Path(sys.executable).parent / "streamrec")
 BIG_FIRST, SMALL_FIRST = "202601010000", "202601010010"
 
 

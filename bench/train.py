@@ -57,9 +57,14 @@ def _tsv_files(cfg: PipelineConfig, pass_id: str, out: Path) -> list[str]:
 
 
 def _reference(
-    cfg: PipelineConfig, files: list[str], work: Path, script: str = "reference_trainer.py", *extra
+    cfg: PipelineConfig,
+    files: list[str],
+    work: Path,
+    script: str = "reference_trainer.py",
+    *extra: str,
 ) -> float:
-    """Seconds of a bench trainer's ``train_from_dataset`` (slowest worker)."""
+    """Seconds of ``bench/<script>``'s ``train_from_dataset`` on ``files`` (slowest worker),
+    ``extra`` passed on to it."""
     reports = fleet_job(cfg, work, script, "--files", ",".join(files), *extra)
     return max(r["seconds"] for r in reports)
 

@@ -169,7 +169,11 @@ class LocalAirflow:
             self.stop(component, timeout_s)
 
     def __enter__(self) -> LocalAirflow:
-        self.start_all()
+        try:
+            self.start_all()
+        except BaseException:  # the services started so far run in sessions of their own
+            self.stop_all()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -3,6 +3,8 @@ URL, ACL user and password (read from the environment or a file, ``streamrec.sec
 
 from __future__ import annotations
 
+import logging
+
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
@@ -11,14 +13,26 @@ from streamrec.config import RedisConfig
 from streamrec.errors import ConfigError, ServiceError
 from streamrec.secrets import redact_url
 
+log = logging.getLogger(__name__)
+
+# what the pipeline writes inside MULTI/EXEC (commands, done markers, registry switches)
+TRANSACTION_WRITES = (
+    ("HSET", "k", "f", "v"),
+    ("SET", "k", "v"),
+    ("XADD", "k", "*", "f", "v"),
+    ("LPUSH", "k", "v"),
+)
+
 
 def connect(rc: RedisConfig, *, decode: bool = True, ride_out_s: float = 0.0) -> redis.Redis:
     """A client of ``rc``'s Redis returning str values (bytes with ``decode=False``).
 
-    With ``ride_out_s``, a command that meets a lost connection is retried (backoff up to
-    1 s) for about that long: a long-running process rides out a Redis restart instead of
-    failing. Only for callers whose writes are idempotent (a retried write may have been
-    applied once already)."""
+    Without ``ride_out_s`` redis-py's default applies: three quick retries of a lost
+    connection. With it, a command that meets a lost or refused connection is retried with
+    backoff (up to 1 s) for about ``ride_out_s`` seconds (longer if Redis accepts but does
+    not answer: each try may wait ``socket_timeout``), so a long-running process rides out a
+    Redis restart instead of failing. Only for callers whose writes are idempotent: a
+    retried write may have been applied once already."""
     extra = {}
     if ride_out_s > 0:
         extra["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(ride_out_s) + 5)
@@ -50,10 +64,34 @@ def refused_credentials(e: redis.RedisError) -> str | None:
 def require_credentials(rc: RedisConfig) -> None:
     """One PING at a command's start: ConfigError with the fix when Redis refuses our
     credentials, ServiceError when it does not answer."""
+    client = connect(rc)
     try:
-        connect(rc).ping()
+        client.ping()
     except redis.RedisError as e:
         fix = refused_credentials(e)
         if fix:
             raise ConfigError(fix) from None
         raise ServiceError(f"Redis at {redact_url(rc.url)} does not answer: {e}") from None
+    if aof_loses_transactions(client):
+        log.warning(
+            "Redis at %s keeps an append-only file and its default user has no permissions: "
+            "a Redis without the fix of redis/redis#14545 (7.0 has not got it) replays "
+            "MULTI/EXEC from that file as the default user, so a restart silently drops every "
+            "transaction (done markers, registry switches). Keep the user off but give its "
+            "permissions back: user default off ~* &* +@all",
+            redact_url(rc.url),
+        )
+
+
+def aof_loses_transactions(client: redis.Redis) -> bool | None:
+    """Whether this Redis's append-only file would lose the pipeline's transactions on a
+    restart: it is on and the default user may not run ``TRANSACTION_WRITES``. None when
+    our user may not ask (no CONFIG or ACL rights)."""
+    try:
+        if client.config_get("appendonly").get("appendonly") != "yes":
+            return False
+        dryrun = ("ACL", "DRYRUN", "default")
+        replies = [client.execute_command(*dryrun, *c) for c in TRANSACTION_WRITES]
+    except redis.ResponseError:
+        return None
+    return any(reply not in ("OK", b"OK") for reply in replies)

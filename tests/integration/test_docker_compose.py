@@ -16,6 +16,11 @@ from typing import Any
 import pytest
 import yaml
 
+from streamrec.config import dump_config
+from streamrec.redis_conn import connect
+from streamrec.redis_keys import RedisKeys
+from trainers.control_plane import WORKER
+
 REQUIRED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?")
 CONFIG_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SECRET_KEY = re.compile(r"(PASSWORD|SECRET|SECRET_KEY|FERNET_KEY|_AUTH)$")  # env names
@@ -195,3 +200,24 @@ def test_no_secret_is_written_in_the_yaml(repo: Path) -> None:
 
     url = config["redis"]["url"]
     assert "@" not in url and config["redis"]["password_env"] == "REDIS_PASSWORD", url
+
+
+def test_trainer_healthcheck_reads_the_workers_heartbeat(repo: Path, make_config) -> None:
+    """The trainers' healthcheck command, run as compose runs it in the container, against
+    a real Redis: unhealthy until the worker's heartbeat is there, healthy with it."""
+    raw = yaml.safe_load((repo / "docker-compose.yml").read_text())
+    kind, python, flag, code = raw["x-trainer-healthcheck"]["test"]
+    assert (kind, python, flag) == ("CMD", "python", "-c")
+    cfg = make_config()
+    config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    env = {**os.environ, "STREAMREC_CONFIG": str(config), "PADDLE_TRAINER_ID": "1"}
+
+    def check() -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", code]
+        return subprocess.run(command, env=env, capture_output=True, text=True, cwd=repo)
+
+    before = check()
+    assert before.returncode == 1 and before.stderr == "", before.stderr  # no heartbeat yet
+    connect(cfg.redis).set(RedisKeys(cfg.name).heartbeat(WORKER, 1), "{}")
+    after = check()
+    assert after.returncode == 0, after.stderr

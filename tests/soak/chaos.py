@@ -6,11 +6,13 @@ its parts at random; then what must hold after it.
 runs the long soak on demand; ``tests/soak/test_chaos.py`` runs a short one in CI.
 
 The stack: the embedded broker; a redis-server with an append-only file (fsync always),
-restarted with its data; and the streamrec services through their CLIs (``build-passes``,
-``cluster``, ``serve``) with Airflow's api-server, scheduler and dag-processor running
-dags/streamrec_pass.py. A replay producer sends ``passes`` one-minute windows of the
-synthetic stream, one every ``pace_s`` seconds (event times from the last hour, so the
-scheduler's catch-up runs them as they complete), and a client sends ``/predict`` all along.
+restarted with its data, its default user off and one ACL user whose password every
+service and Airflow task reads from the environment; and the streamrec services through
+their CLIs (``build-passes``, ``cluster``, ``serve``) with Airflow's api-server, scheduler
+and dag-processor running dags/streamrec_pass.py. A replay producer sends ``passes``
+one-minute windows of the synthetic stream, one every ``pace_s`` seconds (event times from
+the last hour, so the scheduler's catch-up runs them as they complete), and a client sends
+``/predict`` all along.
 
 Each time one more pass is finished (served, or rejected by the gate) the driver injects
 the next fault, in a random order that goes through every kind before repeating: SIGKILL
@@ -25,8 +27,9 @@ the broker: when the next pass is complete; the service: when ``/readyz`` answer
 At the end (``SoakReport.problems``): every produced impression is in exactly one trained
 pass, by event id, and every pass trained and evaluated its manifest's rows; every pass was
 trained by one command, in window order; every answered request named a delivered version
-that verifies; and the mean progressive AUC is within 0.01 of an undisturbed cluster's on
-the same passes.
+that verifies; the mean progressive AUC is within 0.01 of an undisturbed cluster's on the
+same passes; and no file the run wrote (logs, Airflow's task logs and database, configs,
+checkpoints, artifacts) holds the Redis password.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import json
 import logging
 import os
 import random
+import secrets
 import shutil
 import signal
 import subprocess
@@ -83,6 +87,7 @@ FAULTS = ["builder", "worker", "server", "scheduler", "exporter", "serving", "re
 RESTART_AFTER_S = 2.0
 BROKER_PAUSE_S = 10.0
 AUC_TOLERANCE = 0.01
+REDIS_USER, REDIS_PASSWORD_ENV = "soak", "SOAK_REDIS_PASSWORD"
 
 
 @dataclass
@@ -122,12 +127,14 @@ class SoakReport:
 
 class PersistentRedis:
     """redis-server on a fixed port with an append-only file synced on every write, so a
-    SIGKILLed server restarts with everything it acknowledged."""
+    SIGKILLed server restarts with everything it acknowledged; only ``REDIS_USER`` with
+    ``password`` may use it."""
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = secrets.token_urlsafe(16)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -135,9 +142,23 @@ class PersistentRedis:
         command = [shutil.which("redis-server") or "redis-server", "--port", str(self.port)]
         command += ["--bind", "127.0.0.1", "--dir", str(self.dir), "--save", ""]
         command += ["--appendonly", "yes", "--appendfsync", "always"]
+        # nobody logs in as default, but it keeps its permissions: Redis 7.0 replays MULTI/EXEC
+        # from the append-only file as that user, and without them dropped every transaction
+        # on restart (redis/redis#14541; this soak found it as passes with no train command)
+        command += ["--user", "default", "off", "~*", "&*", "+@all"]
+        command += ["--user", REDIS_USER, "on", f">{self.password}", "~*", "&*", "+@all"]
         with open(self.dir / "redis.log", "ab") as out:
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        _until(lambda: _pings(self.url), 30, "redis-server to answer")
+        _until(self.pings, 30, "redis-server to answer")
+
+    def pings(self) -> bool:
+        client = redis.Redis.from_url(
+            self.url, username=REDIS_USER, password=self.password, socket_timeout=1
+        )
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
 
     def kill(self) -> None:
         assert self.proc is not None
@@ -148,13 +169,6 @@ class PersistentRedis:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(30)
-
-
-def _pings(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
-    except redis.RedisError:
-        return False
 
 
 def _until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -187,7 +201,8 @@ class Service:
         return pid
 
     def stop(self) -> None:
-        """SIGTERM, as a service manager stops it; the grace is the cluster's (60 s)."""
+        """SIGTERM, as a service manager stops it; SIGKILL 90 s later (well past the
+        cluster's ``stop_grace_seconds``)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -195,6 +210,14 @@ class Service:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+def _error_of(body: bytes) -> str:
+    """The ``error`` of a JSON error reply; the body's start when it is not one."""
+    try:
+        return str(json.loads(body).get("error"))
+    except (ValueError, AttributeError):
+        return body[:40].decode(errors="replace")
 
 
 class RequestClient:
@@ -218,9 +241,12 @@ class RequestClient:
                 self.versions[version] = self.versions.get(version, 0) + 1
                 outcome = "answered"
             except urllib.error.HTTPError as e:
-                outcome = f"http {e.code} {json.loads(e.read() or b'{}').get('error')}"
-            except OSError:
-                outcome = "no connection"  # the service was down
+                outcome = f"http {e.code} {_error_of(e.read())}"
+            except (ValueError, KeyError) as e:
+                outcome = f"bad reply ({type(e).__name__})"
+            except OSError as e:
+                timed_out = isinstance(getattr(e, "reason", e), TimeoutError)
+                outcome = "timeout" if timed_out else "no connection"  # the service was down
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
     def ready(self) -> bool:
@@ -236,7 +262,7 @@ class RequestClient:
 
 def soak_config(broker: str, redis_url: str, root: Path, first: datetime) -> PipelineConfig:
     """Labels in the impressions, 1-minute passes with 5 s lateness, Airflow scheduling from
-    ``first`` with short retries."""
+    ``first`` with short retries, Redis as ``REDIS_USER``."""
     cfg = with_services(load_config(REPO / "configs" / "pipeline.yaml"), broker, redis_url)
 
     def section(name: str, **values: Any) -> dict[str, Any]:
@@ -245,6 +271,7 @@ def soak_config(broker: str, redis_url: str, root: Path, first: datetime) -> Pip
     return cfg.model_copy(
         update={
             "name": "soak",
+            **section("redis", username=REDIS_USER, password_env=REDIS_PASSWORD_ENV),
             **section("join", mode="label_in_impression"),
             **section("passes", pass_minutes=1, allowed_lateness_seconds=5),
             **section(
@@ -289,6 +316,8 @@ class Soak:
             self.redis = PersistentRedis(self.root / "redis")
             self.redis.start()
             stack.callback(self.redis.stop)
+            os.environ[REDIS_PASSWORD_ENV] = self.redis.password  # inherited by every service
+            stack.callback(os.environ.pop, REDIS_PASSWORD_ENV, None)
             first = window_floor(datetime.now(UTC) - timedelta(minutes=self.passes + 10), 1)
             self.cfg = soak_config(broker.address, self.redis.url, self.root, first)
             self.first = first
@@ -532,6 +561,12 @@ class Soak:
         """What must hold after the soak."""
         problems = []
         passes = self.windows
+        if len(passes) != self.passes:
+            problems.append(f"{len(passes)} of {self.passes} windows were produced")
+        if missing_kinds := sorted(set(FAULTS) - {f.kind for f in self.faults}):
+            problems.append(f"faults never injected: {missing_kinds} (too few passes?)")
+        if unrecovered := [f.kind for f in self.faults if f.recovered_at is None]:
+            problems.append(f"faults not recovered: {unrecovered}")
         trained = self.train_results()
         if extra_passes := sorted(set(self.complete()) - set(passes)):
             problems.append(f"passes beyond the produced windows: {extra_passes}")
@@ -556,11 +591,12 @@ class Soak:
             problems.append(f"{len(missing)} produced impressions in no pass, e.g. {min(missing)}")
         if extra := set(seen) - self.produced:
             problems.append(f"{len(extra)} pass rows never produced, e.g. {min(extra)}")
+        # one save per pass, in order; the oldest go as newer bases come (cluster.keep_bases)
         order = [c.pass_id for c in list_checkpoints(self.cfg.paths.checkpoint_root)]
-        if order != sorted(order) or sorted(set(order)) != passes:
+        if not order or order != passes[-len(order) :]:
             problems.append(f"checkpoints not one per pass in order: {order}")
-        registry = registry_for(self.cfg)
-        delivered = set(registry.versions())
+        history = registry_for(self.cfg).history(limit=1_000_000)
+        delivered = {switch["version"] for switch in history}  # every pointer switch
         model_dir = Path(self.cfg.paths.model_root) / self.cfg.model.model
         for version in self.requests.versions:
             if version not in delivered:
@@ -573,13 +609,13 @@ class Soak:
         failures = {
             k: v
             for k, v in self.requests.outcomes.items()
-            if k not in ("answered", "no connection", "http 503 not_ready")
+            if k not in ("answered", "no connection", "timeout", "http 503 not_ready")
         }
         if failures:
             problems.append(f"requests failed: {failures}")
         auc = _mean_auc(passes, {p: rs[0]["test"]["auc"] for p, rs in trained.items() if rs})
         undisturbed = _mean_auc(passes, self.undisturbed(passes))
-        if abs(auc - undisturbed) > AUC_TOLERANCE:
+        if not abs(auc - undisturbed) <= AUC_TOLERANCE:  # NaN (no AUC) fails too
             problems.append(f"mean progressive AUC {auc:.4f}, undisturbed {undisturbed:.4f}")
         return SoakReport(
             passes,
@@ -590,6 +626,19 @@ class Soak:
             self.exits,
             problems,
         )
+
+    def leaks(self) -> list[str]:
+        """Files under the soak's directory holding the Redis password: run once every
+        service has stopped and flushed."""
+        secret = self.redis.password.encode()
+        found = []
+        for path in self.root.rglob("*"):
+            try:
+                if path.is_file() and secret in path.read_bytes():
+                    found.append(str(path))
+            except FileNotFoundError:  # a temporary file, renamed or removed meanwhile
+                continue
+        return found
 
     def undisturbed(self, passes: list[str]) -> dict[str, float]:
         """Each pass's progressive AUC from a fresh cluster trained on the same passes."""
@@ -622,6 +671,8 @@ def run_soak(root: Path, passes: int, seed: int, pace_s: float = 25.0) -> SoakRe
         time.sleep(2)  # a last few requests on the final version
         soak.requests.stop()
         report = soak.check()
+    if leaks := soak.leaks():
+        report.problems.append(f"the Redis password is written in {leaks}")
     print(report.table(started), flush=True)
     for problem in report.problems:
         print(f"PROBLEM {problem}", flush=True)
