@@ -83,15 +83,15 @@ def require_credentials(rc: RedisConfig) -> None:
         )
 
 
-def aof_loses_transactions(client: redis.Redis) -> bool | None:
+def aof_loses_transactions(client: redis.Redis) -> bool:
     """Whether this Redis's append-only file would lose the pipeline's transactions on a
-    restart: it is on and the default user may not run ``TRANSACTION_WRITES``. None when
-    our user may not ask (no CONFIG or ACL rights)."""
+    restart: it is on and the default user may not run ``TRANSACTION_WRITES``. False when
+    our user may not ask (no CONFIG or ACL rights): there is nothing to warn about then."""
     try:
         if client.config_get("appendonly").get("appendonly") != "yes":
             return False
         dryrun = ("ACL", "DRYRUN", "default")
         replies = [client.execute_command(*dryrun, *c) for c in TRANSACTION_WRITES]
     except redis.ResponseError:
-        return None
+        return False
     return any(reply not in ("OK", b"OK") for reply in replies)
