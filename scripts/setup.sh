@@ -9,6 +9,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)   # only to validate docker-compose.yml
+command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)               # TLS in front of the test broker
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt"
   as_root apt-get update -q

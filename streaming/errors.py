@@ -1,6 +1,7 @@
 """Errors of the streaming stage.
 
 StreamingError (StreamrecError)
+├── KafkaUnavailable    the brokers cannot be reached (or refuse the TLS/SASL settings)
 └── MalformedEvent      one event cannot be used: skip it, count it, keep its reason
 """
 
@@ -9,6 +10,12 @@ from streamrec.errors import StreamrecError
 
 class StreamingError(StreamrecError):
     """Root of the streaming stage's errors."""
+
+
+class KafkaUnavailable(StreamingError):
+    """The brokers cannot be reached with the configured address and security settings."""
+
+    exit_code = 3
 
 
 class MalformedEvent(StreamingError):

@@ -8,7 +8,7 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streaming.errors import StreamingError
+from streaming.errors import KafkaUnavailable, StreamingError
 from streaming.kafka_clients import client_settings
 from streamrec.config import KafkaConfig
 
@@ -40,7 +40,13 @@ def ensure_topic(
     try:
         admin = KafkaAdminClient(**client_settings(kafka), request_timeout_ms=10_000)
     except KafkaError as e:
-        raise StreamingError(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}") from e
+        hint = ""
+        if kafka.security_protocol != "PLAINTEXT":
+            hint = (
+                f"; check kafka.security_protocol ({kafka.security_protocol}), kafka.ssl_cafile "
+                "and the SASL settings against the brokers' (the log above has the handshake)"
+            )
+        raise KafkaUnavailable(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}{hint}") from e
     try:
         if topic in admin.list_topics():
             return

@@ -137,7 +137,15 @@ def test_a_cluster_trains_on_the_acl_redis(
             stderr=subprocess.STDOUT,
         )
     try:
-        result = ClusterClient.from_config(cfg).run("train", first, timeout_s=240)
+        client = ClusterClient.from_config(cfg)
+        # as a user reads "cluster ready" in its log: a command sent before any worker is
+        # up fails fast (ClusterUnavailable), which 11 s of start-up on a loaded CI machine hit
+        deadline = time.monotonic() + cfg.cluster.start_timeout_seconds
+        while len(client.live_workers()) < cfg.cluster.workers:
+            assert cluster.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no worker came up: " + log.read_text()[-3000:]
+            time.sleep(0.5)
+        result = client.run("train", first, timeout_s=240)
         rows = read_manifest(pass_dir(cfg.paths.data_root, first)).rows
         assert result["train"]["count"] == result["test"]["count"] == rows > 0
         status = _run(["status", "--config", str(config), "--json"], PASSWORD)

@@ -1,0 +1,139 @@
+"""Kafka over TLS, through the commands a user runs: the embedded broker (Tansu, which has no
+TLS listener of its own) behind stunnel, the TLS terminator Debian ships, which is how a
+broker without TLS is put on an encrypted network. The producer CLI and the pass builder
+reach it with ``kafka.security_protocol: SSL`` and ``kafka.ssl_cafile``; a client that
+does not trust the broker's certificate, or speaks plaintext to it, gets nothing through."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from streaming.pass_builder import PassBuilder
+from streamrec.config import PipelineConfig, dump_config
+from streamrec.local_services import broker_binary, free_port
+from streamrec.passes import pass_dir, read_manifest
+
+STREAMREC = str(Path(sys.executable).parent / "streamrec")
+FIRST = "202609010000"
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: Path  # signed the broker's certificate
+    other_ca: Path  # a CA the broker's certificate has nothing to do with
+    cert: Path
+    key: Path
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_certificates(directory: Path) -> Certificates:
+    """A CA, a broker certificate it signs for 127.0.0.1, and an unrelated CA."""
+    for name in ("ca", "other-ca"):
+        _openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN=streamrec {name}",
+            cwd=directory,
+        )  # fmt: skip
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr",
+        "-subj", "/CN=127.0.0.1", cwd=directory,
+    )  # fmt: skip
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl(
+        "x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "1", "-extfile", "san.cnf", "-out", "broker.pem",
+        cwd=directory,
+    )  # fmt: skip
+    return Certificates(
+        directory / "ca.pem", directory / "other-ca.pem", directory / "broker.pem",
+        directory / "broker.key",
+    )  # fmt: skip
+
+
+@contextmanager
+def tls_broker(directory: Path, certs: Certificates) -> Iterator[str]:
+    """Tansu on a loopback port that only stunnel talks to, advertising stunnel's TLS port;
+    the TLS address."""
+    stunnel = shutil.which("stunnel4") or shutil.which("stunnel")
+    if stunnel is None:
+        pytest.fail("stunnel is not installed: bash scripts/setup.sh installs it (apt stunnel4)")
+    plain, tls = free_port(), free_port()
+    conf = directory / "stunnel.conf"
+    conf.write_text(
+        "foreground = yes\npid =\n[kafka]\n"
+        f"accept = 127.0.0.1:{tls}\nconnect = 127.0.0.1:{plain}\n"
+        f"cert = {certs.cert}\nkey = {certs.key}\n"
+    )
+    logs = [open(directory / f"{n}.log", "wb") for n in ("stunnel", "broker")]  # noqa: SIM115
+    procs = [
+        subprocess.Popen([stunnel, str(conf)], stdout=logs[0], stderr=subprocess.STDOUT),
+        subprocess.Popen(
+            [
+                broker_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{plain}",
+                "--advertised-listener-url", f"tcp://127.0.0.1:{tls}",
+                "--storage-engine", "memory://tansu/",
+            ],
+            stdout=logs[1],
+            stderr=subprocess.STDOUT,
+        ),
+    ]  # fmt: skip
+    try:
+        yield f"127.0.0.1:{tls}"
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+        for f in logs:
+            f.close()
+
+
+def _on_tls(cfg: PipelineConfig, address: str, cafile: Path | None) -> PipelineConfig:
+    protocol = "SSL" if cafile is not None else "PLAINTEXT"
+    kafka = cfg.kafka.model_copy(
+        update={"bootstrap_servers": address, "security_protocol": protocol, "ssl_cafile": cafile}
+    )
+    return cfg.model_copy(update={"kafka": kafka})
+
+
+def _produce(cfg: PipelineConfig, name: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    config = dump_config(cfg, Path(cfg.paths.work_root) / f"{name}.yaml")
+    args = ["produce", "--config", str(config), "--synthetic", "--passes", "2", "--start", FIRST]
+    return subprocess.run([STREAMREC, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_pipeline_reaches_kafka_over_tls(make_config, tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path)
+    plain = make_config(join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 400})
+    with tls_broker(tmp_path, certs) as address:
+        cfg = _on_tls(plain, address, certs.ca)
+        deadline = time.monotonic() + 60
+        while (done := _produce(cfg, "tls")).returncode != 0:  # the broker is starting
+            assert time.monotonic() < deadline, done.stderr[-3000:]
+            time.sleep(1)
+
+        untrusted = _produce(_on_tls(plain, address, certs.other_ca), "untrusted", 90)
+        assert untrusted.returncode == 3, untrusted.stdout + untrusted.stderr
+        assert "cannot reach Kafka" in untrusted.stderr and "kafka.ssl_cafile" in untrusted.stderr
+        assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+        plaintext = _produce(_on_tls(plain, address, None), "plaintext", 90)
+        assert plaintext.returncode == 3, plaintext.stdout + plaintext.stderr
+
+        builder = PassBuilder(cfg)
+        try:  # the second window's events close the first
+            builder.run(until_pass=FIRST, idle_timeout_s=60)
+        finally:
+            builder.close()
+    manifest = read_manifest(pass_dir(cfg.paths.data_root, FIRST))
+    assert manifest.rows == 400 and manifest.counts.malformed_total == 0
