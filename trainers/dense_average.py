@@ -61,10 +61,6 @@ class IterateAverage:
                 total += np.array(scope.find_var(name).get_tensor())
             self.batches += 1
 
-    def discard(self) -> None:
-        """The training run is over and its sum not used: the servers keep the last iterate."""
-        self.training = False
-
     def apply(self, leader_only: Callable[[Callable[[], None]], object]) -> dict[str, Any]:
         """Every worker, after its training run: the mean over every worker's batches goes
         into the servers' dense tables (written by worker 0 through ``leader_only``) and

@@ -211,8 +211,8 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetr
     rounds = ctx.sync if phase == "train" else None
     if rounds is not None:
         rounds.begin()
-    if ctx.average is not None and phase == "train":
-        ctx.average.begin()
+    if ctx.average is not None and phase == "train" and ctx.chain:
+        ctx.average.begin()  # a fresh model keeps its last iterate: nothing to sum
     if dataset is not None:
         # the main program for both: its fleet options make the device worker pull the dense
         # tables from the servers first (a clone(for_test=True) lost them, and segfaulted
@@ -282,9 +282,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     seconds: dict[str, float] = {}
     test, train = _test_then_train(ctx, mine, seconds)
     averaged = None
-    if ctx.average is not None and not ctx.chain:  # a fresh model: see ``dense_average``
-        ctx.average.discard()
-    elif ctx.average is not None:
+    if ctx.average is not None and ctx.chain:  # a fresh model: see ``dense_average``
         with ctx.stage("average", seconds):
             averaged = ctx.average.apply(ctx.leader_only)
     if test.count != manifest.rows:
