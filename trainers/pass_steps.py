@@ -282,7 +282,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     seconds: dict[str, float] = {}
     test, train = _test_then_train(ctx, mine, seconds)
     averaged = None
-    if ctx.average is not None and ctx.chain:  # a fresh model: see ``dense_average``
+    if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's pass
         with ctx.stage("average", seconds):
             averaged = ctx.average.apply(ctx.leader_only)
     if test.count != manifest.rows:
