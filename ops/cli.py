@@ -12,6 +12,7 @@
     streamrec deliver --config C --version V      make a published version serve
     streamrec rollback --config C [--version V]   serve an older version again
     streamrec retention --config C [--dry-run]    delete what retention allows
+    streamrec schema --config C [--event click]   the JSON Schema producers validate against
 
 Exit codes: 0 ok; 1 failed; 2 bad configuration or arguments; 3 a service (Kafka, Redis,
 the cluster) cannot be reached; 4 data breaks its contract; 5 ``status``: a complete pass is
@@ -155,6 +156,20 @@ def _retention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _schema(args: argparse.Namespace) -> int:
+    from streaming.event_contract import pipeline_schemas
+
+    cfg = load_config(args.config)  # no service is needed: embedded addresses are fine
+    schemas = pipeline_schemas(cfg)
+    if args.event not in schemas:
+        raise ConfigError(
+            f"{args.config}: join.mode is {cfg.join.mode}, which reads no {args.event} events "
+            f"(it reads: {', '.join(schemas)})"
+        )
+    print(json.dumps(schemas[args.event], indent=2))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamrec", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -184,6 +199,10 @@ def _parser() -> argparse.ArgumentParser:
     p = command("retention", "delete old passes, slices, saves, artifacts, Redis keys", _retention)
     p.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = command("schema", "print the JSON Schema of the events this pipeline reads", _schema)
+    p.add_argument(
+        "--event", choices=("impression", "click"), default="impression", help="which event"
+    )
     return parser
 
 

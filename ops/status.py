@@ -3,7 +3,8 @@
 Sources, each read where its owner writes it: pass manifests (rows, late and unmatched
 clicks, dead letters, when the pass became complete), the per-pass status hash in Redis
 (progressive metrics, train time, save kind, table keys, gate, delivery), the model
-registry (what serves now) and the synthetic producer's best reachable AUC, where known.
+registry (what serves now), the synthetic producer's best reachable AUC, where known, and
+the builders' notes of windows an open Kafka transaction holds back.
 
 ``freshness`` of a delivered pass is the time it became the serving model minus its window
 end; ``latency`` is training start minus pass completion (the scheduling delay).
@@ -14,14 +15,21 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from serving_export.delivery import registry_for
 from streaming.synthetic import read_best_auc
 from streamrec.config import PipelineConfig
 from streamrec.errors import ContractError
-from streamrec.passes import complete_passes, pass_dir, read_manifest, window_ms
+from streamrec.passes import (
+    PartitionHold,
+    complete_passes,
+    pass_dir,
+    read_holds,
+    read_manifest,
+    window_ms,
+)
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 
@@ -115,8 +123,10 @@ def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None
     that is not trained is flagged, and marked stale once it has waited two windows."""
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     prefix = keys.pass_status("")
+    holds = read_holds(cfg.paths.data_root)
     known = set(complete_passes(cfg.paths.data_root))
     known |= {k[len(prefix) :] for k in r.scan_iter(keys.pass_status("*"))}
+    known |= {h.pass_id for h in holds if h.pass_id}
     ids = sorted(known)[-limit:]
     pipe = r.pipeline(transaction=False)
     for pass_id in ids:
@@ -124,7 +134,24 @@ def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None
     statuses = [{k: json.loads(v) for k, v in raw.items()} for raw in pipe.execute()]
     best = read_best_auc(cfg.paths.data_root)
     rows = [_row(cfg, p, s, best) for p, s in zip(ids, statuses, strict=True)]
+    rows = flag_held(rows, holds)
     return flag_untrained(rows, cfg.passes.pass_minutes, time.time() if now is None else now)
+
+
+def flag_held(rows: list[PassRow], holds: list[PartitionHold]) -> list[PassRow]:
+    """Flag each incomplete pass whose window a transaction left open holds back."""
+    by_pass: dict[str, list[PartitionHold]] = {}
+    for hold in holds:
+        if hold.pass_id:
+            by_pass.setdefault(hold.pass_id, []).append(hold)
+    flagged = []
+    for row in rows:
+        if not row.complete and (held := by_pass.get(row.pass_id)):
+            where = ", ".join(f"{h.topic}/{h.partition} at offset {h.position}" for h in held)
+            since = datetime.fromtimestamp(min(h.since for h in held), UTC).strftime("%H:%M:%SZ")
+            row = replace(row, flag=f"held: a transaction open on {where} since {since}")
+        flagged.append(row)
+    return flagged
 
 
 def flag_untrained(rows: list[PassRow], pass_minutes: int, now: float) -> list[PassRow]:

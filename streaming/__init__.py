@@ -11,6 +11,7 @@ MultiSlot text with ``feature_signs``. No module here imports paddle.
 from streamrec.lazy import lazy_exports
 
 _EXPORTS = {
+    "CodecUnavailable": "streaming.errors",
     "MalformedEvent": "streaming.errors",
     "PassBuilder": "streaming.pass_builder",
     "SIGN_VERSION": "streaming.feature_signs",
@@ -22,6 +23,7 @@ _EXPORTS = {
     "multislot_text": "streaming.pipe_reader",
     "normalize_event": "streaming.events",
     "parse_event": "streaming.events",
+    "pipeline_schemas": "streaming.event_contract",
     "pass_table_schema": "streaming.events",
     "pipe_command": "streaming.pipe_reader",
     "signs_of": "streaming.feature_signs",

@@ -2,6 +2,7 @@
 
 StreamingError (StreamrecError)
 ├── KafkaUnavailable    the brokers cannot be reached (or refuse the TLS/SASL settings)
+├── CodecUnavailable    a Kafka compression codec's package is missing here
 └── MalformedEvent      one event cannot be used: skip it, count it, keep its reason
 """
 
@@ -14,6 +15,13 @@ class StreamingError(StreamrecError):
 
 class KafkaUnavailable(StreamingError):
     """The brokers cannot be reached with the configured address and security settings."""
+
+    exit_code = 3
+
+
+class CodecUnavailable(StreamingError):
+    """Batches use a compression codec whose package is not installed: the topic cannot be
+    read (or written) until it is, as if the broker were unreachable."""
 
     exit_code = 3
 

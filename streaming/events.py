@@ -8,7 +8,9 @@ An event is one JSON object per Kafka message::
      "label": 1}                                             # 0 or 1 (clicked)
 
 A click (``click_join`` mode) is ``{"event_id": <the impression's id>, "click_time": ms}``
-on the clicks topic; impressions then need no ``label``.
+on the clicks topic; impressions then need no ``label``. The limits are the contract's
+(``streaming.event_contract``, which also prints them as a JSON Schema); a missing time may
+fall back to the Kafka record's timestamp (``kafka.missing_event_time``).
 
 ``parse_event`` / ``parse_click`` turn message bytes into a row or a click, or raise
 MalformedEvent with a reason code; they never let a bad event through.
@@ -17,7 +19,6 @@ MalformedEvent with a reason code; they never let a bad event through.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import msgspec
@@ -27,10 +28,18 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from streaming.errors import MalformedEvent
+from streaming.event_contract import (
+    DENSE_LIMIT,
+    LABELS,
+    MAX_EPOCH_MS,
+    MAX_EVENT_ID_LENGTH,
+    MAX_VALUES_PER_SLOT,
+    SPARSE_INT_MAX,
+    SPARSE_INT_MIN,
+    as_integer,
+)
 from streamrec.config import SchemaConfig
 
-MAX_EVENT_ID_LENGTH = 128
-MAX_VALUES_PER_SLOT = 256
 _fast_decode = msgspec.json.Decoder().decode
 
 
@@ -55,9 +64,10 @@ def _value(slot: str, v: Any) -> str:
     kind = type(v)  # exact types: bool is not an int here; this runs for every value
     if kind is str:
         return v if v.isascii() else _text(v, f"sparse.{slot}")
-    if kind is int:
-        return str(v)
-    raise MalformedEvent("wrong_type", f"sparse.{slot} values must be strings or integers")
+    n = v if kind is int else as_integer(v)
+    if n is None or not SPARSE_INT_MIN <= n <= SPARSE_INT_MAX:
+        raise MalformedEvent("wrong_type", f"sparse.{slot} values are strings or 64-bit integers")
+    return str(n)
 
 
 def _text(value: str, what: str) -> str:
@@ -75,9 +85,14 @@ def _event_id(event: dict[str, Any]) -> str:
     return event_id if event_id.isascii() else _text(event_id, "event_id")
 
 
-def _epoch_ms(event: dict[str, Any], key: str) -> int:
-    value = event[key]
-    if type(value) is not int or not 0 < value < 2**62:
+def _epoch_ms(event: dict[str, Any], key: str, record_time_ms: int | None) -> int:
+    """The event's ``key`` time, or the record's timestamp where the config allows it."""
+    if key not in event:
+        if record_time_ms is None or not 0 < record_time_ms < MAX_EPOCH_MS:
+            raise MalformedEvent("missing_field", key)
+        return record_time_ms
+    value = as_integer(event[key])
+    if value is None or not 0 < value < MAX_EPOCH_MS:
         raise MalformedEvent("wrong_type", f"{key} must be positive epoch milliseconds")
     return value
 
@@ -97,17 +112,24 @@ def _decode(raw: bytes | None, max_bytes: int) -> Any:
         raise MalformedEvent("bad_json", str(e)[:200]) from None
 
 
-def normalize_event(event: Any, schema: SchemaConfig, require_label: bool = True) -> dict[str, Any]:
+def normalize_event(
+    event: Any,
+    schema: SchemaConfig,
+    require_label: bool = True,
+    record_time_ms: int | None = None,
+) -> dict[str, Any]:
     """Validate a decoded event and return its row; MalformedEvent when it is unusable.
-    Without ``require_label`` (labels come from clicks) a missing label becomes 0."""
+    Without ``require_label`` (labels come from clicks) a missing label becomes 0; with a
+    ``record_time_ms`` a missing event time becomes it."""
     if not isinstance(event, dict):
         raise MalformedEvent("not_an_object", "the event must be a JSON object")
-    for key in ("event_id", "event_time", *(("label",) if require_label else ())):
+    for key in ("event_id", *(("label",) if require_label else ())):
         if key not in event:
             raise MalformedEvent("missing_field", key)
-    event_id, event_time = _event_id(event), _epoch_ms(event, "event_time")
-    label = event.get("label", 0)
-    if label not in (0, 1) or isinstance(label, bool):
+    event_id = _event_id(event)
+    event_time = _epoch_ms(event, "event_time", record_time_ms)
+    label = as_integer(event.get("label", 0))
+    if label not in LABELS:
         raise MalformedEvent("wrong_type", "label must be 0 or 1")
     row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time, "label": label}
     row.update(feature_row(event.get("sparse", {}), event.get("dense", {}), schema))
@@ -141,12 +163,10 @@ def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]
         kind = type(v)
         if kind is not float and kind is not int:
             raise MalformedEvent("wrong_type", f"dense.{name} must be a number")
-        try:
-            row[name] = float(v)
-        except OverflowError:  # an integer beyond float range
-            raise MalformedEvent("not_finite", f"dense.{name}") from None
-        if not math.isfinite(row[name]):
+        # compared before the cast: an integer just past the limit would round down to it
+        if not -DENSE_LIMIT <= v <= DENSE_LIMIT:  # NaN too
             raise MalformedEvent("not_finite", f"dense.{name}")
+        row[name] = float(v)
     return row
 
 
@@ -168,21 +188,27 @@ def _layout(schema: SchemaConfig) -> Layout:
 
 
 def parse_event(
-    raw: bytes | None, schema: SchemaConfig, max_bytes: int, require_label: bool = True
+    raw: bytes | None,
+    schema: SchemaConfig,
+    max_bytes: int,
+    require_label: bool = True,
+    record_time_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Decode and validate one impression message value."""
-    return normalize_event(_decode(raw, max_bytes), schema, require_label)
+    """Decode and validate one impression message value (``record_time_ms``: the time a
+    missing ``event_time`` falls back to, if any)."""
+    return normalize_event(_decode(raw, max_bytes), schema, require_label, record_time_ms)
 
 
-def parse_click(raw: bytes | None, max_bytes: int) -> tuple[str, int]:
+def parse_click(
+    raw: bytes | None, max_bytes: int, record_time_ms: int | None = None
+) -> tuple[str, int]:
     """Decode and validate one click message value: (impression event_id, click time ms)."""
     click = _decode(raw, max_bytes)
     if not isinstance(click, dict):
         raise MalformedEvent("not_an_object", "the click must be a JSON object")
-    for key in ("event_id", "click_time"):
-        if key not in click:
-            raise MalformedEvent("missing_field", key)
-    return _event_id(click), _epoch_ms(click, "click_time")
+    if "event_id" not in click:
+        raise MalformedEvent("missing_field", "event_id")
+    return _event_id(click), _epoch_ms(click, "click_time", record_time_ms)
 
 
 def _json_schema(schema: SchemaConfig) -> pa.Schema:
@@ -239,7 +265,8 @@ def decode_impression_batch(
         return None
     lengths = pc.utf8_length(event_id)
     bad = pc.or_(pc.less(lengths, 1), pc.greater(lengths, MAX_EVENT_ID_LENGTH))
-    bad = pc.or_(bad, pc.or_(pc.less_equal(event_time, 0), pc.greater_equal(event_time, 2**62)))
+    too_late = pc.greater_equal(event_time, MAX_EPOCH_MS)
+    bad = pc.or_(bad, pc.or_(pc.less_equal(event_time, 0), too_late))
     label = pc.fill_null(label, 0)
     bad = pc.or_(bad, pc.invert(pc.is_in(label, pa.array([0, 1], pa.int64()))))
     if pc.any(bad).as_py():
@@ -266,7 +293,9 @@ def decode_impression_batch(
         columns[slot.name] = col
     for feat in schema.dense:
         col = pc.struct_field(dense, feat.name)
-        if col.null_count or not pc.all(pc.is_finite(col)).as_py():
+        # Arrow rounds an integer just past the limit down to it: leave the limit's
+        # neighbourhood (and NaN, infinity) to parse_event
+        if col.null_count or not pc.all(pc.less(pc.abs(col), DENSE_LIMIT)).as_py():
             return None
         columns[feat.name] = col
     return pa.table(columns, schema=pass_table_schema(schema))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from streaming.codecs import require
 from streamrec.config import KafkaConfig
 
 
@@ -23,3 +24,10 @@ def client_settings(kafka: KafkaConfig) -> dict[str, Any]:
     if kafka.ssl_cafile is not None:
         settings["ssl_cafile"] = str(kafka.ssl_cafile)
     return settings
+
+
+def producer_settings(kafka: KafkaConfig) -> dict[str, Any]:
+    """``client_settings`` plus what our producers add: the configured compression."""
+    require(kafka.compression, "kafka.compression")
+    codec = None if kafka.compression == "none" else kafka.compression
+    return {**client_settings(kafka), "compression_type": codec}

@@ -9,6 +9,14 @@ One pass through this stage, per partition ``p`` this builder owns::
             offsets are committed
          -> when every partition has its slice of W, the pass directory is assembled
 
+Under ``read_committed`` (the default) a partition is read up to its last stable offset:
+an aborted transaction's events never arrive, and an open transaction stops the read there,
+so the partition's watermark, and with it every window from the open transaction's on,
+waits for the transaction to end (noted under ``slices/_held`` for ``streamrec status``).
+Messages from any client are read alike: keys and headers are ignored (dead letters keep
+them), and a missing event time is a dead letter or the record's timestamp
+(``kafka.missing_event_time``).
+
 Partitions are the unit of ownership, so builders can share topics through a consumer
 group: on assignment a partition resumes from its newest slice's ``resume_offsets``
 (whatever Kafka's committed offsets say), on revocation its state is dropped, and a slice
@@ -35,8 +43,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.errors import UnsupportedCodecError
 from kafka.structs import OffsetAndMetadata
 
+from streaming.codecs import from_kafka_error, missing_codecs
 from streaming.errors import MalformedEvent, StreamingError
 from streaming.events import (
     decode_impression_batch,
@@ -45,7 +55,7 @@ from streaming.events import (
     pass_table_schema,
 )
 from streaming.join import PartitionJoin
-from streaming.kafka_clients import client_settings
+from streaming.kafka_clients import client_settings, producer_settings
 from streaming.slices import (
     SliceTaken,
     assemble_pass,
@@ -55,15 +65,17 @@ from streaming.slices import (
     write_slice,
 )
 from streaming.topics import CONSUMER_FETCH, HEARTBEAT_MS, ensure_topic, partition_count
-from streamrec.atomic_fs import remove_stale_temps
+from streamrec.atomic_fs import remove_stale_temps, write_text_atomic
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
 from streamrec.errors import StreamrecError
 from streamrec.logs import setup_logging
 from streamrec.passes import (
     EventCounts,
+    PartitionHold,
     PartitionRange,
     PassManifest,
     compose_pass_id,
+    hold_path,
     is_complete,
     next_pass_id,
     pass_dir,
@@ -89,6 +101,7 @@ class _Partition:
     consumed_to: dict[str, int] = field(default_factory=dict)
     newest_ms: dict[str, int] = field(default_factory=dict)
     last_seen: dict[str, float] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)  # kinds whose read an open transaction stops
 
 
 @dataclass
@@ -100,7 +113,7 @@ class _Batch:
     partition: int
     kind: str
     messages: list[Any]
-    received: float
+    record_times: list[int] | None  # what a missing event time falls back to, if configured
     decoded: Future[pa.Table | None] | None = None  # impressions: the Arrow decode
 
 
@@ -147,6 +160,7 @@ class PassBuilder:
         self._root = Path(cfg.paths.data_root)
         self._minutes = cfg.passes.pass_minutes
         self._click_join = cfg.join.mode == "click_join"
+        self._record_time = cfg.kafka.missing_event_time == "record_timestamp"
         self.topics = {IMPRESSIONS: cfg.kafka.impressions_topic}
         if self._click_join:
             self.topics[CLICKS] = cfg.join.clicks_topic
@@ -162,6 +176,12 @@ class PassBuilder:
         self._known: set[str] = set()  # pass ids with at least one slice
         self._complete: set[str] = set()  # ... of which the pass directory exists
         self._next_scan = 0.0
+        if missing := missing_codecs():
+            log.warning(
+                "Kafka codecs %s are not installed: a batch compressed with one stops the "
+                "builder (pip install -e . installs them)",
+                ", ".join(missing),
+            )
         self.partitions = self._prepare_topics()
         self._slice_parts = parts_per_slice(cfg.passes.parts_per_pass, self.partitions)
         for day in slices_root(self._root).glob("*/*"):
@@ -192,6 +212,7 @@ class PassBuilder:
         consumer = KafkaConsumer(
             **client_settings(self.cfg.kafka),
             group_id=self.cfg.kafka.consumer_group,
+            isolation_level=self.cfg.kafka.isolation_level,
             enable_auto_commit=False,
             **CONSUMER_FETCH,
             partition_assignment_strategy=[RangePartitionAssignor],
@@ -202,21 +223,24 @@ class PassBuilder:
         return consumer
 
     def _default_dlq(self) -> KafkaProducer:
-        return KafkaProducer(**client_settings(self.cfg.kafka), linger_ms=5)
+        return KafkaProducer(**producer_settings(self.cfg.kafka), linger_ms=5)
 
-    def _dead_letter(
-        self, topic: str, partition: int, offset: int, raw: bytes | None, error: MalformedEvent
-    ) -> None:
-        source = f"{topic}/{partition}/{offset}"
+    def _dead_letter(self, topic: str, partition: int, message: Any, error: MalformedEvent) -> None:
+        """Send ``message`` as it came (value, its key and headers after ours) to the
+        topic's dead-letter topic, with the reason."""
+        source = f"{topic}/{partition}/{message.offset}"
         self._dlq_unflushed = True
+        key = [("key", message.key)] if message.key is not None else []
         self._dlq.send(
             topic + self.cfg.kafka.dlq_suffix,
             key=source.encode(),
-            value=raw or b"",
+            value=message.value or b"",
             headers=[
                 ("reason", error.reason.encode()),
                 ("detail", error.detail[:500].encode()),
                 ("source", source.encode()),
+                *key,
+                *(message.headers or []),
             ],
         )
 
@@ -270,7 +294,9 @@ class PassBuilder:
         (a slice still being written is finished first, so the next owner sees it)."""
         for tp in revoked:
             self._finish_write(tp.partition)
-            self._owned.pop(tp.partition, None)
+            if (state := self._owned.pop(tp.partition, None)) is not None:
+                for kind in list(state.held):
+                    self._release_hold(tp.partition, state, kind)
 
     def _resync(self, partition: int) -> None:
         state = self._load(partition)
@@ -285,7 +311,13 @@ class PassBuilder:
         state = self._owned.get(partition)
         if state is None:
             return None  # revoked while the batch was in flight
-        batch = _Batch(state, topic, partition, self._kind[topic], messages, now)
+        times = [m.timestamp for m in messages] if self._record_time else None
+        batch = _Batch(state, topic, partition, self._kind[topic], messages, times)
+        # news from the poll, not from the apply a loop later: the poll already moved the
+        # position to the end, and a partition caught up and quiet since its last apply
+        # would look idle, letting other partitions' event times cut windows this batch
+        # holds events of
+        state.last_seen[batch.kind] = now
         if batch.kind == IMPRESSIONS:
             batch.decoded = self._decoder.submit(
                 decode_impression_batch,
@@ -305,12 +337,12 @@ class PassBuilder:
         if self._owned.get(partition) is not state:
             return
         if batch.kind == CLICKS:
-            for m in messages:
-                self._ingest_click(state, batch.topic, partition, m.offset, m.value)
+            times = batch.record_times or [None] * len(messages)
+            for m, record_time in zip(messages, times, strict=True):
+                self._ingest_click(state, batch.topic, partition, m, record_time)
         else:
             self._ingest_impressions(state, batch)
         state.consumed_to[batch.kind] = messages[-1].offset + 1
-        state.last_seen[batch.kind] = batch.received
 
     def _ingest_impressions(self, state: _Partition, batch: _Batch) -> None:
         table = batch.decoded.result() if batch.decoded else None
@@ -322,37 +354,29 @@ class PassBuilder:
                 state.join.add_impressions(windows, table)
                 self._saw(state, IMPRESSIONS, newest)
                 return
-        self._ingest_impressions_one_by_one(
-            state,
-            batch.topic,
-            batch.partition,
-            [m.offset for m in batch.messages],
-            [m.value for m in batch.messages],
-        )
+        self._ingest_impressions_one_by_one(state, batch)
 
-    def _ingest_impressions_one_by_one(
-        self,
-        state: _Partition,
-        topic: str,
-        partition: int,
-        offsets: list[int],
-        values: list[bytes | None],
-    ) -> None:
-        """The slow path for a batch that holds a bad event: each message is judged alone,
-        and each bad one is dead-lettered with its reason."""
+    def _ingest_impressions_one_by_one(self, state: _Partition, batch: _Batch) -> None:
+        """The slow path for a batch the column-wise decoder declined (a bad event, a
+        missing time): each message is judged alone, each bad one dead-lettered with its
+        reason."""
         rows, windows, newest = [], [], 0
-        for offset, value in zip(offsets, values, strict=True):
+        partition = batch.partition
+        times = batch.record_times or [None] * len(batch.messages)
+        for message, record_time in zip(batch.messages, times, strict=True):
+            offset = message.offset
             try:
                 row = parse_event(
-                    value,
+                    message.value,
                     self.cfg.feature_schema,
                     self.cfg.kafka.max_message_bytes,
                     require_label=not self._click_join,
+                    record_time_ms=record_time,
                 )
                 event_ms = self._check_time(row["event_time_ms"])
             except MalformedEvent as e:
                 if state.join.malformed(IMPRESSIONS, offset, e.reason):
-                    self._dead_letter(topic, partition, offset, value, e)
+                    self._dead_letter(batch.topic, partition, message, e)
                 continue
             row["kafka_partition"], row["kafka_offset"] = partition, offset
             rows.append(row)
@@ -365,14 +389,15 @@ class PassBuilder:
             self._saw(state, IMPRESSIONS, newest)
 
     def _ingest_click(
-        self, state: _Partition, topic: str, partition: int, offset: int, value: bytes | None
+        self, state: _Partition, topic: str, partition: int, message: Any, record_time: int | None
     ) -> None:
         try:
-            event_id, event_ms = parse_click(value, self.cfg.kafka.max_message_bytes)
-            state.join.add_click(event_id, self._check_time(event_ms), offset)
+            max_bytes = self.cfg.kafka.max_message_bytes
+            event_id, event_ms = parse_click(message.value, max_bytes, record_time)
+            state.join.add_click(event_id, self._check_time(event_ms), message.offset)
         except MalformedEvent as e:
-            if state.join.malformed(CLICKS, offset, e.reason):
-                self._dead_letter(topic, partition, offset, value, e)
+            if state.join.malformed(CLICKS, message.offset, e.reason):
+                self._dead_letter(topic, partition, message, e)
             return
         self._saw(state, CLICKS, event_ms)
 
@@ -434,11 +459,65 @@ class PassBuilder:
             newest = max((t for s in self._owned.values() for t in s.newest_ms.values()), default=0)
         return newest - self._lateness_ms
 
+    # -- open transactions -------------------------------------------------------------------
+
+    def _watch_holds(self, now: float) -> None:
+        """Note each owned partition whose read stopped short of the topic's end with
+        nothing new for ``idle_partition_seconds``: under read_committed, a transaction left
+        open there (its window waits; ``streamrec status`` shows the note)."""
+        if self.cfg.kafka.isolation_level != "read_committed":
+            return
+        idle_s = self.cfg.passes.idle_partition_seconds
+        for partition, state in self._owned.items():
+            for kind, topic in self.topics.items():
+                tp = TopicPartition(topic, partition)
+                high = self._consumer.highwater(tp)
+                quiet = now - state.last_seen[kind] >= idle_s
+                if quiet and high is not None and (position := self._consumer.position(tp)) < high:
+                    self._note_hold(partition, state, kind, position, high, now)
+                elif kind in state.held:
+                    self._release_hold(partition, state, kind)
+                    log.info("%s/%d: the transaction ended; reading on", topic, partition)
+
+    def _note_hold(
+        self, partition: int, state: _Partition, kind: str, position: int, high: int, now: float
+    ) -> None:
+        closed, pending = state.join.closed_through, state.join.pending
+        held_window = next_pass_id(closed, self._minutes) if closed else min(pending, default=None)
+        topic = self.topics[kind]
+        hold = PartitionHold(
+            topic=topic,
+            partition=partition,
+            pass_id=held_window,
+            position=position,
+            high_watermark=high,
+            since=time.time() - (now - state.last_seen[kind]),
+            updated_at=time.time(),
+        )
+        if kind not in state.held:
+            log.warning(
+                "%s/%d: nothing read for %.0f s and %d offsets short of the topic's end: a "
+                "transaction open at offset %d holds window %s until it commits or aborts",
+                topic,
+                partition,
+                now - state.last_seen[kind],
+                high - position,
+                position,
+                held_window or "(the first)",
+            )
+            state.held.add(kind)
+        write_text_atomic(hold_path(self._root, topic, partition), hold.model_dump_json())
+
+    def _release_hold(self, partition: int, state: _Partition, kind: str) -> None:
+        state.held.discard(kind)
+        hold_path(self._root, self.topics[kind], partition).unlink(missing_ok=True)
+
     # -- cutting ---------------------------------------------------------------------------
 
     def _rescan(self, force: bool = False) -> None:
         if force or time.monotonic() >= self._next_scan:
             self._known |= slice_pass_ids(self._root)
+            self._watch_holds(time.monotonic())
             self._next_scan = time.monotonic() + RESCAN_SECONDS
 
     def _cut(self, partition: int, window: str) -> None:
@@ -587,7 +666,10 @@ class PassBuilder:
         while not (stop and stop.is_set()):
             # with batches decoding or slices writing, poll briefly: they are settled after it
             busy = in_flight or self._writing
-            records = self._consumer.poll(timeout_ms=IN_FLIGHT_POLL_MS if busy else POLL_MS)
+            try:
+                records = self._consumer.poll(timeout_ms=IN_FLIGHT_POLL_MS if busy else POLL_MS)
+            except UnsupportedCodecError as e:
+                raise from_kafka_error(e, f"reading {', '.join(self.topics.values())}") from e
             now = time.monotonic()
             if records or in_flight:
                 last_data = now
@@ -610,6 +692,9 @@ class PassBuilder:
 
     def close(self) -> None:
         self._finish_writes()
+        for partition, state in self._owned.items():  # nobody watches them any more
+            for kind in list(state.held):
+                self._release_hold(partition, state, kind)
         self._decoder.shutdown()
         self._writer.shutdown()
         self._dlq.flush()

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from kafka import KafkaProducer
 
-from streaming.kafka_clients import client_settings
+from streaming.kafka_clients import producer_settings
 from streaming.synthetic import SyntheticBatch, SyntheticStream, record_best_auc
 from streaming.topics import ensure_topic
 from streamrec.auc import exact_auc
@@ -47,8 +47,9 @@ CRITEO_DENSE, CRITEO_SPARSE = 13, 26
 
 
 def make_producer(kafka: KafkaConfig) -> KafkaProducer:
-    """An idempotent producer (acks=all): a retried send is never written twice."""
-    return KafkaProducer(**client_settings(kafka), linger_ms=20, batch_size=256 * 1024)
+    """An idempotent producer (acks=all): a retried send is never written twice. Batches
+    are compressed with ``kafka.compression``."""
+    return KafkaProducer(**producer_settings(kafka), linger_ms=20, batch_size=256 * 1024)
 
 
 def send_events(

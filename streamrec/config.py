@@ -72,6 +72,22 @@ class KafkaConfig(_Strict):
     ssl_cafile: Path | None = Field(
         None, description="CA bundle that signed the brokers' certificates (SSL, SASL_SSL)."
     )
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = Field(
+        "none",
+        description="Codec of the batches our own producers write (streamrec produce, the "
+        "dead-letter producer). The builder reads every codec whatever this says.",
+    )
+    isolation_level: Literal["read_committed", "read_uncommitted"] = Field(
+        "read_committed",
+        description="What the pass builder reads: 'read_committed' skips events of aborted "
+        "transactions and stops at an open one (its window waits for it); "
+        "'read_uncommitted' reads everything written, aborted transactions included.",
+    )
+    missing_event_time: Literal["dead_letter", "record_timestamp"] = Field(
+        "dead_letter",
+        description="An event (click) without 'event_time' ('click_time'): dead-lettered "
+        "with reason missing_field, or timed by its Kafka record's timestamp.",
+    )
 
     @model_validator(mode="after")
     def _credentials_complete(self) -> KafkaConfig:

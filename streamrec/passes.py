@@ -14,6 +14,8 @@ Grammar::
                   _slice.json             SliceManifest: offsets and resume point of that partition
                   _SUCCESS
     latest    = <data_root>/slices/_latest/p<partition>.json   {"pass_id": newest slice}
+    held      = <data_root>/slices/_held/<topic>/p<partition>.json   PartitionHold, while an
+                open transaction keeps the partition's next window from closing
 
 Each partition of the impressions topic writes its own slice of every window; when every
 partition's slice exists, the pass directory is assembled from hard links to the slice
@@ -105,6 +107,11 @@ def slice_dir(data_root: Path, pass_id: str, partition: int) -> Path:
 def latest_slice_index(data_root: Path, partition: int) -> Path:
     """File naming the newest slice of ``partition`` (a hint; slices are the truth)."""
     return slices_root(data_root) / "_latest" / f"p{partition}.json"
+
+
+def hold_path(data_root: Path, topic: str, partition: int) -> Path:
+    """Where the builder notes that an open transaction holds ``topic``'s ``partition``."""
+    return slices_root(data_root) / "_held" / topic / f"p{partition}.json"
 
 
 def is_complete(directory: Path) -> bool:
@@ -202,6 +209,32 @@ class PassManifest(BaseModel):
     )
     counts: EventCounts
     created_at: str
+
+
+class PartitionHold(BaseModel):
+    """A partition whose read stopped short of the topic's end: under read_committed that is
+    an open transaction, whose window (and every later one) waits until it ends."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    partition: int
+    pass_id: str | None = Field(description="The partition's oldest window not yet cut.")
+    position: int = Field(description="Next offset to read: the last stable offset.")
+    high_watermark: int
+    since: float = Field(description="Epoch seconds of the partition's last record read.")
+    updated_at: float = Field(description="Epoch seconds the builder last saw the hold.")
+
+
+def read_holds(data_root: Path) -> list[PartitionHold]:
+    """Every hold the builders have noted (an unreadable note is skipped: it is a hint)."""
+    holds = []
+    for path in sorted((slices_root(data_root) / "_held").glob("*/p*.json")):
+        try:
+            holds.append(PartitionHold.model_validate_json(path.read_text()))
+        except (OSError, ValueError):
+            continue  # removed or being replaced while we looked
+    return holds
 
 
 def _read(directory: Path, name: str, model: type[M], what: str) -> M:

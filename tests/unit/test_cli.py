@@ -4,6 +4,7 @@ not there."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from ops.cli import DELEGATED
 from streamrec.local_services import free_port
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
-OWN = ["status", "report", "deliver", "rollback", "retention"]
+OWN = ["status", "report", "deliver", "rollback", "retention", "schema"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -45,6 +46,24 @@ def _config(repo: Path, tmp_path: Path, **changes: object) -> Path:
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def test_schema_prints_the_contract_the_builder_checks(repo: Path, tmp_path: Path) -> None:
+    from jsonschema import Draft202012Validator
+
+    from streaming.event_contract import pipeline_schemas
+    from streamrec.config import load_config
+
+    config = _config(repo, tmp_path, kafka={"bootstrap_servers": "embedded", "partitions": 2})
+    for event in ("impression", "click"):
+        out = _run("schema", "--config", str(config), "--event", event)
+        assert out.returncode == 0, out.stderr
+        printed = json.loads(out.stdout)
+        Draft202012Validator.check_schema(printed)
+        assert printed == pipeline_schemas(load_config(config))[event]
+    config = _config(repo, tmp_path, join={"mode": "label_in_impression"})
+    out = _run("schema", "--config", str(config), "--event", "click")
+    assert out.returncode == 2 and "join.mode is label_in_impression" in out.stderr
 
 
 def test_bad_config_exits_2_naming_the_key(repo: Path, tmp_path: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 
 from ops.report import PLOTS, render
-from ops.status import PassRow, flag_untrained, format_table, needs_attention
+from ops.status import PassRow, flag_held, flag_untrained, format_table, needs_attention
+from streamrec.passes import PartitionHold
 
 
 def _row(pass_id: str, **fields) -> PassRow:
@@ -90,3 +92,19 @@ def test_report_leaves_out_figures_a_pass_does_not_have() -> None:
     assert "Freshness" in render("demo", rows, "") and "no pass has this figure" in render(
         "demo", rows, ""
     )
+
+
+def test_an_incomplete_pass_held_by_an_open_transaction_is_flagged_with_where() -> None:
+    hold = PartitionHold(
+        topic="imp",
+        partition=1,
+        pass_id="202601010010",
+        position=42,
+        high_watermark=90,
+        since=1767226200.0,  # 2026-01-01 00:10:00 UTC
+        updated_at=1767226300.0,
+    )
+    rows = [_row("202601010000"), replace(_row("202601010010"), complete=False)]
+    flagged = flag_held(rows, [hold])
+    assert flagged[0].flag == ""
+    assert flagged[1].flag == "held: a transaction open on imp/1 at offset 42 since 00:10:00Z"

@@ -1,0 +1,179 @@
+"""The contract producers write to: the rules an impression or click must meet, as the
+constants the builder validates with (``streaming.events``) and as the JSON Schema
+(draft 2020-12) that ``streamrec schema`` prints for a pipeline's feature schema.
+
+Both are built from the definitions below, and a property test holds them to the same
+answer on any JSON value. Numbers follow JSON Schema's data model: an "integer" is any
+number with no fractional part (``1767225600000`` and ``1.7672256e12`` alike); booleans are
+not numbers. Two rules are about the Kafka message, not its JSON, so no JSON Schema can say
+them (the schema's description does): a message above ``kafka.max_message_bytes``, and an
+event timed more than ``passes.max_future_seconds`` past the wall clock, are dead-lettered.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from streamrec.config import PipelineConfig, SchemaConfig
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+MAX_EVENT_ID_LENGTH = 128
+MAX_VALUES_PER_SLOT = 256
+MAX_EPOCH_MS = 2**62  # exclusive, as 0 is: event and click times are 0 < t < 2**62
+SPARSE_INT_MIN, SPARSE_INT_MAX = -(2**63), 2**64 - 1  # what a 64-bit id column can hold
+DENSE_LIMIT = sys.float_info.max  # |dense value| <= this: finite as a double
+LABELS = (0, 1)
+# JSON may escape a lone surrogate ("\ud800"); it is no Unicode text, and Parquet (UTF-8)
+# cannot store it
+UNICODE_TEXT = "^[^\\ud800-\\udfff]*$"
+
+
+def as_integer(value: Any) -> int | None:
+    """The integer a decoded JSON value stands for, or None when it is not an integer
+    (a fraction, a string, a boolean, infinity)."""
+    kind = type(value)
+    if kind is int:
+        return value
+    if kind is float and value.is_integer():
+        return int(value)
+    return None
+
+
+def _epoch_ms(what: str) -> dict[str, Any]:
+    return {
+        "description": f"{what}: epoch milliseconds, UTC",
+        "type": "integer",
+        "exclusiveMinimum": 0,
+        "exclusiveMaximum": MAX_EPOCH_MS,
+    }
+
+
+def _event_id(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_EVENT_ID_LENGTH,
+        "pattern": UNICODE_TEXT,
+    }
+
+
+_SPARSE_VALUE = {
+    "type": ["string", "integer"],
+    "pattern": UNICODE_TEXT,
+    "minimum": SPARSE_INT_MIN,
+    "maximum": SPARSE_INT_MAX,
+}
+
+
+def _slot(multi: bool, default: str) -> dict[str, Any]:
+    absent = f"absent or null: {default!r}"
+    if not multi:
+        return {**_SPARSE_VALUE, "type": ["string", "integer", "null"], "description": absent}
+    return {
+        **_SPARSE_VALUE,
+        "type": ["array", "string", "integer", "null"],
+        "items": _SPARSE_VALUE,
+        "maxItems": MAX_VALUES_PER_SLOT,
+        "description": f"a list of values, or one value; {absent} (an empty list too)",
+    }
+
+
+def _message_rules(max_message_bytes: int, max_future_seconds: int) -> str:
+    return (
+        f"One JSON object per Kafka message value, at most {max_message_bytes} bytes; "
+        f"times more than {max_future_seconds} s past the wall clock are dead-lettered "
+        "(future_time). Unknown fields are ignored."
+    )
+
+
+def impression_schema(
+    schema: SchemaConfig,
+    *,
+    require_label: bool,
+    require_event_time: bool,
+    max_message_bytes: int,
+    max_future_seconds: int,
+) -> dict[str, Any]:
+    """JSON Schema of an impression event: ``require_label`` unless labels come from clicks,
+    ``require_event_time`` unless a missing time falls back to the record's timestamp."""
+    required = ["event_id"]
+    required += ["event_time"] if require_event_time else []
+    required += ["label"] if require_label else []
+    label_note = "" if require_label else "; absent: 0 until a click is joined"
+    time_note = "" if require_event_time else " (absent: the Kafka record's timestamp)"
+    return {
+        "$schema": DIALECT,
+        "title": f"impression (feature schema version {schema.version})",
+        "description": _message_rules(max_message_bytes, max_future_seconds),
+        "type": "object",
+        "required": required,
+        "properties": {
+            "event_id": _event_id("Unique id of the impression (clicks name it)"),
+            "event_time": _epoch_ms("When the impression happened" + time_note),
+            "label": {
+                "description": "1 if clicked, else 0" + label_note,
+                "type": "integer",
+                "enum": list(LABELS),
+            },
+            "sparse": {
+                "description": "Slot name -> value(s); a value becomes a 64-bit feature sign",
+                "type": "object",
+                "properties": {s.name: _slot(s.multi, s.default) for s in schema.sparse},
+            },
+            "dense": {
+                "description": "Feature name -> finite number (absent: the schema's default)",
+                "type": "object",
+                "properties": {
+                    d.name: {
+                        "description": f"absent: {d.default}",
+                        "type": "number",
+                        "minimum": -DENSE_LIMIT,
+                        "maximum": DENSE_LIMIT,
+                    }
+                    for d in schema.dense
+                },
+            },
+        },
+    }
+
+
+def click_schema(
+    *, require_click_time: bool, max_message_bytes: int, max_future_seconds: int
+) -> dict[str, Any]:
+    """JSON Schema of a click (``click_join`` mode): the impression's id and when."""
+    time_note = "" if require_click_time else " (absent: the Kafka record's timestamp)"
+    return {
+        "$schema": DIALECT,
+        "title": "click",
+        "description": _message_rules(max_message_bytes, max_future_seconds),
+        "type": "object",
+        "required": ["event_id", "click_time"] if require_click_time else ["event_id"],
+        "properties": {
+            "event_id": _event_id("event_id of the clicked impression"),
+            "click_time": _epoch_ms("When the click happened" + time_note),
+        },
+    }
+
+
+def pipeline_schemas(cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each event kind the pipeline reads: ``impression``, and ``click``
+    in ``click_join`` mode, as the builder configured by ``cfg`` validates them."""
+    kafka, record_time = cfg.kafka, cfg.kafka.missing_event_time == "record_timestamp"
+    limits = {
+        "max_message_bytes": kafka.max_message_bytes,
+        "max_future_seconds": cfg.passes.max_future_seconds,
+    }
+    click_join = cfg.join.mode == "click_join"
+    schemas = {
+        "impression": impression_schema(
+            cfg.feature_schema,
+            require_label=not click_join,
+            require_event_time=not record_time,
+            **limits,
+        )
+    }
+    if click_join:
+        schemas["click"] = click_schema(require_click_time=not record_time, **limits)
+    return schemas
