@@ -69,7 +69,8 @@ def pipeline(make_config, build_passes) -> dict[str, Any]:
         r.hset(keys.sparse_layers(cfg.model.model), p, json.dumps(sparse))  # Redis store
         r.hset(keys.sparse_layer(cfg.model.model, p), "k", "v")
     registry.rollback(passes[0])  # the oldest serves again: it must be kept
-    return {"cfg": cfg, "config": dump_config(cfg, root.parent / "p.yaml"), "passes": passes}
+    config = dump_config(cfg, root.parent / "p.yaml")
+    return {"cfg": cfg, "config": config, "passes": passes, "recent": recent}
 
 
 def _retention(config: Path, *flags: str) -> dict[str, Any]:
@@ -131,6 +132,6 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert sorted(r.hkeys(keys.sparse_layers(cfg.model.model))) == registry.versions()
     assert not r.exists(keys.sparse_layer(cfg.model.model, passes[1]))
     assert not any(r.exists(keys.done("train", p)) for p in passes[:3])
-    assert r.exists(keys.pass_status(pass_id_at(datetime.now(UTC))))  # recent: kept
+    assert r.exists(keys.pass_status(pipeline["recent"]))  # recent: kept
     assert [fields["id"] for _, fields in r.xrange(keys.commands)] == ["new"]
     assert _retention(pipeline["config"])["deletions"] == []  # nothing left to delete
