@@ -3,7 +3,8 @@ in the same run, on a local broker. Prints both, then ``RESULT ingest_ratio <bui
 
     .venv/bin/python bench/ingest.py [--events-per-pass 50000] [--passes 4]
 
-Both read every message of the topic from the beginning with the same fetch settings and
+Both read every message of the topic from the beginning with the same fetch settings, the
+builder's isolation level (``kafka.isolation_level``, read_committed by default) and
 manual partition assignment (no consumer-group join, which takes ~5 s and would be
 measured for neither), after the producer's event objects are freed and collected. The
 builder also validates each event, cuts windows, writes Parquet slices and assembles the
@@ -32,10 +33,14 @@ from streamrec.local_services import start_broker
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _assigned(servers: str, topic: str, partitions: int) -> KafkaConsumer:
+def _assigned(servers: str, topic: str, partitions: int, isolation: str) -> KafkaConsumer:
     # a group id lets the builder commit offsets; assign() never joins the group
     consumer = KafkaConsumer(
-        bootstrap_servers=servers, group_id="bench", enable_auto_commit=False, **CONSUMER_FETCH
+        bootstrap_servers=servers,
+        group_id="bench",
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        **CONSUMER_FETCH,
     )
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer.assign(tps)
@@ -53,9 +58,9 @@ def produce(cfg, passes: int) -> tuple[int, str]:
     return total, batches[passes - 1][0]
 
 
-def bare_loop(servers: str, topic: str, partitions: int, total: int) -> float:
+def bare_loop(servers: str, topic: str, partitions: int, total: int, isolation: str) -> float:
     """Seconds to receive ``total`` messages."""
-    consumer = _assigned(servers, topic, partitions)
+    consumer = _assigned(servers, topic, partitions, isolation)
     seen, start = 0, time.perf_counter()
     while seen < total:
         seen += sum(len(batch) for batch in consumer.poll(timeout_ms=500).values())
@@ -69,7 +74,7 @@ def build(cfg, root: Path, topic: str, partitions: int, last: str) -> tuple[floa
     cfg = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data_root": root})})
 
     def consumer() -> KafkaConsumer:
-        return _assigned(cfg.kafka.bootstrap_servers, topic, partitions)
+        return _assigned(cfg.kafka.bootstrap_servers, topic, partitions, cfg.kafka.isolation_level)
 
     builder = PassBuilder(cfg, consumer_factory=consumer)
     builder.acquire([TopicPartition(topic, p) for p in range(partitions)])
@@ -111,7 +116,8 @@ def main() -> int:
             runs = []
             for i in range(args.repeat):
                 gc.collect()
-                bare = bare_loop(broker.address, topic, partitions, total)
+                isolation = cfg.kafka.isolation_level
+                bare = bare_loop(broker.address, topic, partitions, total, isolation)
                 built, passes, rows = build(cfg, root / f"data-{i}", topic, partitions, last)
                 if passes < args.passes:
                     raise SystemExit(f"the builder completed {passes} of {args.passes} passes")
@@ -119,7 +125,10 @@ def main() -> int:
         finally:
             broker.stop()
     print(f"hardware: {hardware_line()}")
-    print(f"topic: {total:,} events in {partitions} partitions; {args.passes} passes per build")
+    print(
+        f"topic: {total:,} events in {partitions} partitions; {args.passes} passes per build; "
+        f"both read {cfg.kafka.isolation_level}"
+    )
     for i, (bare, built, rows) in enumerate(runs, 1):
         print(
             f"  run {i}: bare loop {bare:5.2f}s {total / bare:>9,.0f} ev/s | "
