@@ -17,7 +17,6 @@ from kafka.errors import UnsupportedCodecError
 
 from streaming.errors import CodecUnavailable
 
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PACKAGES: dict[str, tuple[str, Callable[[], bool]]] = {  # codec -> (PyPI package, check)
     "gzip": ("the standard library's gzip", codec.has_gzip),
     "snappy": ("python-snappy", codec.has_snappy),
@@ -33,7 +32,7 @@ def missing_codecs() -> list[str]:
 
 def unavailable(name: str, what: str) -> CodecUnavailable:
     """The error for a ``name`` codec this environment lacks, met while doing ``what``."""
-    package = PACKAGES.get(name, (f"a {name} codec",))[0]
+    package = PACKAGES[name][0] if name in PACKAGES else f"a {name} codec package"
     return CodecUnavailable(
         f"{what} needs the {name} codec, which is not installed: pip install {package} "
         "(the project's own dependencies install it: pip install -e .)"
