@@ -32,9 +32,10 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,11 @@ class _Batch:
     messages: list[Any]
     record_times: list[int] | None  # what a missing event time falls back to, if configured
     decoded: Future[pa.Table | None] | None = None  # impressions: the Arrow decode
+
+    def timed(self) -> Iterator[tuple[Any, int | None]]:
+        """Each message with the time its missing event time falls back to (None: none)."""
+        times = self.record_times or repeat(None, len(self.messages))
+        return zip(self.messages, times, strict=True)
 
 
 @dataclass
@@ -337,8 +343,7 @@ class PassBuilder:
         if self._owned.get(partition) is not state:
             return
         if batch.kind == CLICKS:
-            times = batch.record_times or [None] * len(messages)
-            for m, record_time in zip(messages, times, strict=True):
+            for m, record_time in batch.timed():
                 self._ingest_click(state, batch.topic, partition, m, record_time)
         else:
             self._ingest_impressions(state, batch)
@@ -362,8 +367,7 @@ class PassBuilder:
         reason."""
         rows, windows, newest = [], [], 0
         partition = batch.partition
-        times = batch.record_times or [None] * len(batch.messages)
-        for message, record_time in zip(batch.messages, times, strict=True):
+        for message, record_time in batch.timed():
             offset = message.offset
             try:
                 row = parse_event(
@@ -464,7 +468,8 @@ class PassBuilder:
     def _watch_holds(self, now: float) -> None:
         """Note each owned partition whose read stopped short of the topic's end with
         nothing new for ``idle_partition_seconds``: under read_committed, a transaction left
-        open there (its window waits; ``streamrec status`` shows the note)."""
+        open there (its window waits; ``streamrec status`` shows the note). Written once: a
+        held partition reads nothing, so neither its position nor its window moves."""
         if self.cfg.kafka.isolation_level != "read_committed":
             return
         idle_s = self.cfg.passes.idle_partition_seconds
@@ -474,7 +479,8 @@ class PassBuilder:
                 high = self._consumer.highwater(tp)
                 quiet = now - state.last_seen[kind] >= idle_s
                 if quiet and high is not None and (position := self._consumer.position(tp)) < high:
-                    self._note_hold(partition, state, kind, position, high, now)
+                    if kind not in state.held:
+                        self._note_hold(partition, state, kind, position, high, now)
                 elif kind in state.held:
                     self._release_hold(partition, state, kind)
                     log.info("%s/%d: the transaction ended; reading on", topic, partition)
@@ -490,22 +496,19 @@ class PassBuilder:
             partition=partition,
             pass_id=held_window,
             position=position,
-            high_watermark=high,
             since=time.time() - (now - state.last_seen[kind]),
-            updated_at=time.time(),
         )
-        if kind not in state.held:
-            log.warning(
-                "%s/%d: nothing read for %.0f s and %d offsets short of the topic's end: a "
-                "transaction open at offset %d holds window %s until it commits or aborts",
-                topic,
-                partition,
-                now - state.last_seen[kind],
-                high - position,
-                position,
-                held_window or "(the first)",
-            )
-            state.held.add(kind)
+        log.warning(
+            "%s/%d: nothing read for %.0f s and %d offsets short of the topic's end: a "
+            "transaction open at offset %d holds window %s until it commits or aborts",
+            topic,
+            partition,
+            now - state.last_seen[kind],
+            high - position,
+            position,
+            held_window or "(the first)",
+        )
+        state.held.add(kind)
         write_text_atomic(hold_path(self._root, topic, partition), hold.model_dump_json())
 
     def _release_hold(self, partition: int, state: _Partition, kind: str) -> None:

@@ -221,9 +221,7 @@ class PartitionHold(BaseModel):
     partition: int
     pass_id: str | None = Field(description="The partition's oldest window not yet cut.")
     position: int = Field(description="Next offset to read: the last stable offset.")
-    high_watermark: int
     since: float = Field(description="Epoch seconds of the partition's last record read.")
-    updated_at: float = Field(description="Epoch seconds the builder last saw the hold.")
 
 
 def read_holds(data_root: Path) -> list[PartitionHold]:

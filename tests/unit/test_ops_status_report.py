@@ -100,9 +100,7 @@ def test_an_incomplete_pass_held_by_an_open_transaction_is_flagged_with_where() 
         partition=1,
         pass_id="202601010010",
         position=42,
-        high_watermark=90,
         since=1767226200.0,  # 2026-01-01 00:10:00 UTC
-        updated_at=1767226300.0,
     )
     rows = [_row("202601010000"), replace(_row("202601010010"), complete=False)]
     flagged = flag_held(rows, [hold])
