@@ -123,6 +123,28 @@ def _close_windows(bootstrap: str, cfg: PipelineConfig, at_ms: int) -> None:
     assert producer.flush(30) == 0
 
 
+def _send_ours(cfg: PipelineConfig, events: list[dict[str, Any]], runner: str) -> None:
+    """Our producer with the config's ``kafka.compression``: ``streamrec produce --file``, or
+    the function it calls."""
+    if runner == "class":
+        producer = make_producer(cfg.kafka)
+        send_events(producer, cfg.kafka.impressions_topic, events)
+        producer.close()
+        return
+    name = f"ours-{cfg.kafka.compression}"
+    events_file = Path(cfg.paths.work_root) / f"{name}.jsonl"
+    events_file.parent.mkdir(parents=True, exist_ok=True)
+    events_file.write_text("".join(json.dumps(e) + "\n" for e in events))
+    config = dump_config(cfg, Path(cfg.paths.work_root) / f"{name}.yaml")
+    done = subprocess.run(
+        [STREAMREC, "produce", "--config", str(config), "--file", str(events_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("runner", ["class", "cli"])
 def test_every_codec_from_librdkafka_and_ours_lands_in_exactly_one_pass(
     make_config, services, runner: str
@@ -151,14 +173,15 @@ def test_every_codec_from_librdkafka_and_ours_lands_in_exactly_one_pass(
             )
             expected[event_id] = W0 if event_ms < START_MS + 10 * MINUTE else W1
         assert producer.flush(30) == 0
-        ours = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"compression": codec})})
         events = [
             {"event_id": f"ours-{codec}-{i}", "event_time": START_MS + i * MINUTE, "label": 1}
             for i in range(20)
         ]
-        producer = make_producer(ours.kafka)
-        send_events(producer, cfg.kafka.impressions_topic, events)
-        producer.close()
+        _send_ours(
+            cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"compression": codec})}),
+            events,
+            runner,
+        )
         expected |= {e["event_id"]: W0 if i < 10 else W1 for i, e in enumerate(events)}
     _close_windows(services.bootstrap_servers, cfg, START_MS + 21 * MINUTE)
 
@@ -205,6 +228,15 @@ def _wait(what: str, check: Any, timeout_s: float = 60, builder: Any = None) -> 
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def _wait_for_hold(root: Path, partition: int, pass_id: str, builder: Any) -> None:
+    """Until the builder's only note says ``partition`` holds window ``pass_id``."""
+    _wait(
+        f"the hold of {pass_id} on partition {partition}",
+        lambda: [(h.partition, h.pass_id) for h in read_holds(root)] == [(partition, pass_id)],
+        builder=builder,
+    )
 
 
 def test_transactions_commit_abort_and_an_open_one_holds_its_window(
@@ -270,11 +302,7 @@ def test_transactions_commit_abort_and_an_open_one_holds_its_window(
         transaction(committer, "open-commit", START_MS + 3 * MINUTE, 0)
         later_events("w1", START_MS + 10 * MINUTE)
         later_events("w2", START_MS + 20 * MINUTE)
-        _wait(
-            "the hold of W0 on partition 0",
-            lambda: [(h.partition, h.pass_id) for h in read_holds(root)] == [(0, W0)],
-            builder=builder,
-        )
+        _wait_for_hold(root, 0, W0, builder)
         time.sleep(5)  # well past the idle time: partition 1's progress closes nothing
         assert not is_complete(pass_dir(root, W0))
         status = subprocess.run(
@@ -293,11 +321,7 @@ def test_transactions_commit_abort_and_an_open_one_holds_its_window(
         transaction(aborter, "open-abort", START_MS + 22 * MINUTE, 1)
         later_events("w3", START_MS + 30 * MINUTE)
         later_events("w4", START_MS + 40 * MINUTE)
-        _wait(
-            "the hold of W2 on partition 1",
-            lambda: [(h.partition, h.pass_id) for h in read_holds(root)] == [(1, W2)],
-            builder=builder,
-        )
+        _wait_for_hold(root, 1, W2, builder)
         assert not is_complete(pass_dir(root, W2))
         aborter.abort_transaction(30)
         w3 = pass_dir(root, _pass_of(START_MS + 30 * MINUTE))
