@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from chaos import FAULTS, run_soak
 
 PASSES = 10  # one every 25 s: time for all eight kinds of fault, one after another
 
 
+@pytest.mark.timeout(1200)  # 6.5 min on the 2-core machine
 def test_every_fault_recovered_and_nothing_lost(tmp_path: Path) -> None:
     report = run_soak(tmp_path, passes=PASSES, seed=13, pace_s=25)
     # every kind injected and recovered, and everything SoakReport.problems lists held
