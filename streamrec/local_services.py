@@ -8,11 +8,13 @@ own Kafka and Redis put their addresses in the config instead of ``embedded``.
 from __future__ import annotations
 
 import logging
+import os
+import random
 import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +24,46 @@ from streamrec.errors import ServiceError
 log = logging.getLogger(__name__)
 
 
+PORT_RANGE_ENV = "STREAMREC_PORT_RANGE"
+_handed_out: set[int] = set()
+
+
+def port_range() -> range:
+    """Ports to take local services' ports from: ``STREAMREC_PORT_RANGE`` (``low-high``), or
+    the 12,000 ports below the kernel's ephemeral range, which no outgoing connection takes
+    between our check and the service's bind."""
+    spec = os.environ.get(PORT_RANGE_ENV)
+    if spec:
+        low, _, high = spec.partition("-")
+        return range(int(low), int(high) + 1)
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    return range(max(1024, ephemeral - 12000), ephemeral)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on now, from ``port_range()``, never the
+    same twice in one process; concurrent test workers get disjoint ranges (tests/README.md)."""
+    ports = port_range()
+    start = random.randrange(len(ports))
+    for i in range(len(ports)):
+        port = ports[(start + i) % len(ports)]
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise ServiceError(f"no free port left in {ports.start}-{ports.stop - 1} ({PORT_RANGE_ENV})")
+
+
+class PortTaken(ServiceError):
+    """The service found its port taken at bind: another process got there first."""
 
 
 def _wait_until(check, what: str, proc: subprocess.Popen, timeout: float, log_path: Path) -> None:
@@ -34,9 +71,9 @@ def _wait_until(check, what: str, proc: subprocess.Popen, timeout: float, log_pa
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ServiceError(
-                f"{what} exited with code {proc.returncode} at start; see {log_path}"
-            )
+            message = f"{what} exited with code {proc.returncode} at start; see {log_path}"
+            in_use = "in use" in log_path.read_text(errors="replace")
+            raise PortTaken(message) if in_use else ServiceError(message)
         try:
             check()
             return
@@ -45,6 +82,17 @@ def _wait_until(check, what: str, proc: subprocess.Popen, timeout: float, log_pa
             time.sleep(0.1)
     proc.kill()
     raise ServiceError(f"{what} did not answer within {timeout:.0f}s ({last}); see {log_path}")
+
+
+def _on_a_free_port(start: Callable[[int], RunningService], attempts: int = 3) -> RunningService:
+    """``start(port)`` on a free port, again on another one if the port was taken between
+    the check and the service's own bind."""
+    for _ in range(attempts - 1):
+        try:
+            return start(free_port())
+        except PortTaken as e:
+            log.info("%s; trying another port", e)
+    return start(free_port())
 
 
 @dataclass
@@ -80,7 +128,10 @@ def broker_binary() -> str:
 
 def start_broker(log_dir: Path, timeout: float = 30) -> RunningService:
     """Start Tansu on a free loopback port and wait until it answers metadata requests."""
-    port = free_port()
+    return _on_a_free_port(lambda port: _start_broker(port, log_dir, timeout))
+
+
+def _start_broker(port: int, log_dir: Path, timeout: float) -> RunningService:
     url = f"tcp://127.0.0.1:{port}"
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"broker-{port}.log"
@@ -117,7 +168,10 @@ def start_redis(log_dir: Path, timeout: float = 30) -> RunningService:
     exe = shutil.which("redis-server")
     if exe is None:
         raise ServiceError("redis-server is not installed: apt-get install -y redis-server")
-    port = free_port()
+    return _on_a_free_port(lambda port: _start_redis(exe, port, log_dir, timeout))
+
+
+def _start_redis(exe: str, port: int, log_dir: Path, timeout: float) -> RunningService:
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"redis-{port}.log"
     with open(log_path, "wb") as out:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
+import pytest
 import redis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming.topics import ensure_topic
+from streamrec import local_services as local_services_module
 from streamrec.config import KafkaConfig
-from streamrec.local_services import local_services
+from streamrec.local_services import local_services, start_redis
 
 
 def test_services_answer_and_stop(tmp_path: Path) -> None:
@@ -33,3 +36,23 @@ def test_services_answer_and_stop(tmp_path: Path) -> None:
         raise AssertionError("redis-server still answers after the block")
     except redis.ConnectionError:
         pass
+
+
+def test_a_port_taken_before_the_bind_moves_the_service_to_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process binds the port between our check and redis-server's own bind (forced
+    here by handing out a port a socket already listens on): the start retries elsewhere."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    handed = iter([port])
+    real = local_services_module.free_port
+    monkeypatch.setattr(local_services_module, "free_port", lambda: next(handed, None) or real())
+    with taken:
+        service = start_redis(tmp_path)
+        try:
+            assert service.address != f"redis://127.0.0.1:{port}/0"
+            assert redis.Redis.from_url(service.address).ping()
+        finally:
+            service.stop()
+    assert "in use" in (tmp_path / f"redis-{port}.log").read_text()  # it did meet the race
