@@ -5,6 +5,8 @@ cluster, Airflow) started here and torn down after, and is marked ``integration`
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,21 +20,98 @@ from streamrec.local_services import LocalServices, local_services
 REPO = Path(__file__).resolve().parent.parent
 
 
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "gw0")  # pytest-xdist's worker id, if any
+_SESSION_ENV = {
+    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "STREAMREC_LOG_LEVEL": "INFO",
+}
+# seconds, for tests without a timeout mark: {integration?: timeout}. The slow modules mark
+# their own (pytestmark); each is about three times what the test takes under the parallel
+# suite on the 2-core CI machine.
+DEFAULT_TIMEOUT = {False: 60, True: 180}
+# Modules whose tests SIGKILL or SIGTERM a process at a chosen moment and assert where it
+# landed: one worker runs them one after another, so no two of them load the machine at once.
+TOGETHER = {
+    "timed_kills": (
+        "test_cluster_restore",
+        "test_cluster_modes",
+        "test_streaming_guarantees",
+        "test_shutdown",
+    )
+}
+_saved_env: dict[str, str | None] = {}
+_airflow_home: list[str] = []
+
+
+def _worker_ports() -> str:
+    """This worker's slice of the ports below the ephemeral range, so concurrent workers
+    (and the services they start, which inherit it) never pick the same port."""
+    from streamrec.local_services import port_range
+
+    ports = port_range()
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    size = len(ports) // count
+    low = ports.start + int(WORKER.removeprefix("gw")) * size
+    return f"{low}-{low + size - 1}"
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    # Airflow reads its settings at import: give the test session its own home and DAG folder.
-    home = Path(config.rootpath) / ".pytest_cache" / "airflow-home"
-    home.mkdir(parents=True, exist_ok=True)
-    os.environ["AIRFLOW_HOME"] = str(home)
-    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags")
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    os.environ.setdefault("STREAMREC_CONFIG", str(REPO / "configs" / "pipeline.yaml"))
-    os.environ.setdefault("STREAMREC_LOG_LEVEL", "INFO")
+    # Airflow reads its settings at import: each worker gets its own home (and so its own
+    # sqlite database), made here and removed at the end of the session.
+    from streamrec.local_services import PORT_RANGE_ENV
+
+    home = tempfile.mkdtemp(prefix=f"streamrec-airflow-{WORKER}-")
+    _airflow_home.append(home)
+    session = {**_SESSION_ENV, "AIRFLOW_HOME": home, PORT_RANGE_ENV: _worker_ports()}
+    for key, value in session.items():
+        _saved_env[key] = os.environ.get(key)
+        os.environ[key] = value
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for key, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    for home in _airflow_home:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark integration tests, give every test a timeout (its own or its module's mark, else
+    the default for its kind), and put the worker groups that take longest first, so that
+    workers start on them."""
+    cost: dict[str, float] = {}
     for item in items:
-        if {"integration", "soak"} & set(item.path.parts):
+        integration = bool({"integration", "soak"} & set(item.path.parts))
+        if integration:
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT[integration]))
+        group = worker_group(item.nodeid)
+        cost[group] = cost.get(group, 0) + item.get_closest_marker("timeout").args[0]
+    items.sort(key=lambda item: -cost[worker_group(item.nodeid)])  # stable: groups stay whole
+
+
+def worker_group(nodeid: str) -> str:
+    """The tests one pytest-xdist worker runs one after another: a module (its fixtures are
+    built once), or a group of modules in ``TOGETHER``."""
+    module = nodeid.split("::", 1)[0]
+    stem = Path(module).stem
+    return next((name for name, stems in TOGETHER.items() if stem in stems), module)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """pytest-xdist's load-scope scheduling, by ``worker_group``, in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    return ByGroup(config, log)
 
 
 @pytest.fixture(scope="session")

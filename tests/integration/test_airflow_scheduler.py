@@ -28,6 +28,8 @@ from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
 CLI = str(Path(sys.executable).with_name("streamrec"))
 FIRST_RUN_PASSES = 4
 OUTAGE_WINDOWS = 2

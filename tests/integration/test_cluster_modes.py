@@ -17,6 +17,8 @@ from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
 
+pytestmark = pytest.mark.slow
+
 FIRST = "202607050000"
 
 

@@ -22,6 +22,8 @@ from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
 FIRST = "202607010000"
 AUC_TOLERANCE = 0.01
 

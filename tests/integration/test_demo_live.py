@@ -12,7 +12,10 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 import yaml
+
+pytestmark = pytest.mark.slow
 
 
 def test_live_demo_prints_a_working_login_and_stops_cleanly(repo: Path, tmp_path: Path) -> None:

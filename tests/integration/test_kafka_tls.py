@@ -22,6 +22,8 @@ from streamrec.config import PipelineConfig, dump_config
 from streamrec.local_services import broker_binary, free_port
 from streamrec.passes import pass_dir, read_manifest
 
+pytestmark = pytest.mark.slow
+
 STREAMREC = str(Path(sys.executable).parent / "streamrec")
 FIRST = "202609010000"
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from streamrec.auc import exact_auc
 from streamrec.config import dump_config
 from trainers.launcher import LocalCluster
+
+pytestmark = pytest.mark.slow
 
 FIRST = "202611010000"
 PASSES, DRIFT = 9, 5  # the generating weights are redrawn at pass index 5

@@ -38,6 +38,8 @@ from streamrec.passes import parse_pass_id, pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 from trainers.metrics import exact_auc
 
+pytestmark = pytest.mark.slow
+
 FIRST_PASS = "202603010000"
 PASSES = 3
 MALFORMED = [
@@ -106,15 +108,16 @@ def stack(make_config) -> Stack:
     cluster = LocalCluster(cfg, resolved)
     cluster.start()
     try:
-        os.environ["STREAMREC_CONFIG"] = str(resolved)
-        _airflow_db_migrate(dict(os.environ))
-        from airflow.dag_processing.dagbag import DagBag
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("STREAMREC_CONFIG", str(resolved))  # undone after the module's tests
+            _airflow_db_migrate(dict(os.environ))
+            from airflow.dag_processing.dagbag import DagBag
 
-        bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
-        assert not bag.import_errors, bag.import_errors
-        dag = bag.get_dag("streamrec_pass")
-        runs = {p: dag.test(logical_date=_window_end(cfg, p)) for p in pass_ids}
-        yield Stack(cfg, cluster, batches, runs, pass_ids)
+            bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
+            assert not bag.import_errors, bag.import_errors
+            dag = bag.get_dag("streamrec_pass")
+            runs = {p: dag.test(logical_date=_window_end(cfg, p)) for p in pass_ids}
+            yield Stack(cfg, cluster, batches, runs, pass_ids)
     finally:
         cluster.stop()
         stop.set()

@@ -123,7 +123,6 @@ def test_a_cluster_trains_on_the_acl_redis(
     plain = make_config(
         join={"mode": "label_in_impression"},
         synthetic={"events_per_pass": 4000},
-        cluster={"heartbeat_seconds": 0.2},
     )
     cfg = _on(plain, acl_redis, USER)
     config = _secured(plain, acl_redis, USER)

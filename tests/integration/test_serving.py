@@ -49,6 +49,8 @@ from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster, free_port
 
+pytestmark = pytest.mark.slow
+
 FIRST = "202610010000"
 PASSES = [  # 8 windows of 10 minutes
     (datetime(2026, 10, 1) + timedelta(minutes=10 * i)).strftime("%Y%m%d%H%M") for i in range(8)

@@ -21,6 +21,8 @@ from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 
+pytestmark = pytest.mark.slow
+
 FIRST = "202608010000"
 
 

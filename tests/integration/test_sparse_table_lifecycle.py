@@ -25,6 +25,8 @@ from trainers.checkpoints import list_checkpoints, saved_column
 from trainers.launcher import LocalCluster
 from trainers.strategy import UNSEEN_DAYS_COLUMN
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
 FIRST = "202610010000"
 PASS_MINUTES = 720  # two passes a day: maintenance after every second pass
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, TopicPartition
@@ -23,6 +24,8 @@ from streaming.producer import make_producer, produce_synthetic, send_messages, 
 from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import complete_passes, next_pass_id, pass_dir, read_manifest, slices_root
+
+pytestmark = pytest.mark.slow
 
 FIRST = "202605010000"
 

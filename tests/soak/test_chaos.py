@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from chaos import FAULTS, run_soak
 
+pytestmark = pytest.mark.slow
+
 PASSES = 10  # one every 25 s: time for all eight kinds of fault, one after another
 
 

@@ -10,7 +10,16 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 import yaml
+
+
+@pytest.fixture(autouse=True)
+def shipped_config_path(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The DAG file reads ``STREAMREC_CONFIG`` when parsed: the shipped config, undone after."""
+    path = repo / "configs" / "pipeline.yaml"
+    monkeypatch.setenv("STREAMREC_CONFIG", str(path))
+    return path
 
 
 def _bag(repo: Path):
@@ -43,14 +52,16 @@ def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
     assert dag.get_task("wait_pass").timeout >= 3600
 
 
-def test_runs_are_pass_windows_from_the_start_with_catch_up(repo: Path) -> None:
+def test_runs_are_pass_windows_from_the_start_with_catch_up(
+    repo: Path, shipped_config_path: Path
+) -> None:
     from airflow.serialization.encoders import coerce_to_core_timetable
     from airflow.timetables.base import DataInterval, TimeRestriction
 
     from streamrec.config import load_config
     from streamrec.passes import pass_id_at
 
-    cfg = load_config(os.environ["STREAMREC_CONFIG"])
+    cfg = load_config(shipped_config_path)
     dag = _bag(repo)
     timetable = coerce_to_core_timetable(dag.timetable)
     restriction = TimeRestriction(earliest=dag.start_date, latest=None, catchup=True)
