@@ -1,7 +1,10 @@
-"""Real click logs through the whole pipeline: 7,000 rows of Criteo's display-ads log
-(tests/data/criteo) go through ``streamrec produce`` (gzipped Criteo TSV), the pass builder
-(1,000 rows a pass) and the cluster, which learns from them pass after pass and stays
-calibrated on each next pass."""
+"""Real click logs with many sparse keys through the whole pipeline: 7,000 rows of Criteo's
+display-ads log (tests/data/criteo: 26 hashed categoricals, 13 counts) go through
+``streamrec produce`` (gzipped Criteo TSV), the pass builder (1,000 rows a pass) and the
+cluster, which learns from them pass after pass. No COPC band: on 1,000-row passes it is
+sampling noise (a model predicting the sample's rate exactly scores 1.14 on pass 5), and it
+failed a green suite at 1.338 on pass 4; calibration is measured on 10,000-row passes
+against a logistic regression by bench/calibration.py (docs/DECISIONS.md, issue 25)."""
 
 from __future__ import annotations
 
@@ -62,9 +65,3 @@ def test_criteo_rows_replayed_pass_by_pass(make_config, repo: Path) -> None:
     # learnt from real rows, each pass scored before training on it: 0.72-0.73 at pass 7
     # over ten runs (0.67-0.70 while dense gradients reached the servers a pass late)
     assert tests[-1]["auc"] > 0.69
-    # calibrated on the passes it had not seen: COPC 0.85-1.22 on passes 4-7 over ten runs
-    # with the pass's mean dense parameters kept (0.77-1.45 with the last iterate). Pass 5
-    # has 24.6% clicks against 21.6% in the sample, 1.14 for a model that predicted the
-    # sample's rate exactly; it measured 1.01-1.22 (mean 1.14), so the band is that wide.
-    copc = [round(t["copc"], 3) for t in tests[3:]]
-    assert all(0.75 <= c <= 1.3 for c in copc), copc
