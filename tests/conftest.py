@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 from streamrec.config import PipelineConfig, load_config, with_services
-from streamrec.local_services import LocalServices, local_services
+from streamrec.local_services import (
+    PORT_RANGE_ENV,
+    LocalServices,
+    free_port,
+    local_services,
+    port_range,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,8 +53,6 @@ _airflow_home: list[str] = []
 def _worker_ports() -> str:
     """This worker's slice of the ports below the ephemeral range, so concurrent workers
     (and the services they start, which inherit it) never pick the same port."""
-    from streamrec.local_services import port_range
-
     ports = port_range()
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     size = len(ports) // count
@@ -59,8 +63,6 @@ def _worker_ports() -> str:
 def pytest_configure(config: pytest.Config) -> None:
     # Airflow reads its settings at import: each worker gets its own home (and so its own
     # sqlite database), made here and removed at the end of the session.
-    from streamrec.local_services import PORT_RANGE_ENV
-
     home = tempfile.mkdtemp(prefix=f"streamrec-airflow-{WORKER}-")
     _airflow_home.append(home)
     session = {**_SESSION_ENV, "AIRFLOW_HOME": home, PORT_RANGE_ENV: _worker_ports()}
@@ -258,8 +260,6 @@ def filtering_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import subprocess
     import time
     from importlib.resources import files
-
-    from streamrec.local_services import free_port
 
     binary = str(files("noida_db").joinpath("noida-db"))  # its Python wrapper would orphan it
     data = tmp_path_factory.mktemp("noida")
