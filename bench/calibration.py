@@ -15,6 +15,9 @@ the regression and the mean |COPC - 1| it adds to the regression's. Issue 25's b
 test is at most 0.01 and 0.015 on average; docs/DECISIONS.md has what was measured.
 
     .venv/bin/python bench/calibration.py [--runs 3] [--workers 2] [--sync-mode async]
+        [--intercept refit]
+
+tests/integration/test_real_ctr_calibration.py runs one replay (``replay``) in the suite.
 
 Ends with ``RESULT calibration_auc_gap``, ``calibration_copc_gap`` (means over the runs) and
 ``calibration_copc_gap_max`` (the worst run).
@@ -137,16 +140,49 @@ def train_on_the_cluster(cfg: PipelineConfig, config: Path, passes: list[str]) -
         proc.wait(60)
 
 
-def one_run(services, root: Path, run: int, table: pa.Table, args: argparse.Namespace) -> RunGaps:
-    """One replay through the CLI and the cluster; its table and gaps printed."""
+@dataclass(frozen=True)
+class Replay:
+    """One replay: the passes, the cluster's results and both sides' progressive scores."""
+
+    pass_ids: list[str]
+    results: list[dict]
+    ours: list[PassScore]
+    theirs: list[PassScore | None]
+
+    def gaps(self) -> RunGaps:
+        """Over pass ``SCORED_FROM`` and later."""
+        scored = range(SCORED_FROM - 1, len(self.pass_ids))
+        ours, theirs = self.ours, self.theirs
+        return RunGaps(
+            auc=float(np.mean([theirs[i].auc - ours[i].auc for i in scored])),
+            copc=float(np.mean([abs(ours[i].copc - 1) - abs(theirs[i].copc - 1) for i in scored])),
+        )
+
+    def table(self) -> str:
+        """The per-pass table and the gaps, as text."""
+        lines = [f"{'pass':12}  {'CTR':>5}  {'AUC':>6}  {'AUC LR':>6}  {'COPC':>6}  {'COPC LR':>7}"]
+        for pass_id, r, m, lr in zip(
+            self.pass_ids, self.results, self.ours, self.theirs, strict=True
+        ):
+            lr_auc, lr_copc = (f"{lr.auc:.4f}", f"{lr.copc:.4f}") if lr else ("-", "-")
+            ctr = r["test"]["actual_ctr"]
+            lines.append(
+                f"{pass_id:12}  {ctr:5.3f}  {m.auc:6.4f}  {lr_auc:>6}  {m.copc:6.4f}  {lr_copc:>7}"
+            )
+        gaps = self.gaps()
+        lines.append(
+            f"passes {SCORED_FROM}-{len(self.pass_ids)}: mean AUC {gaps.auc:+.4f} below the "
+            f"regression's, mean |COPC - 1| {gaps.copc:+.4f} above it"
+        )
+        return "\n".join(lines)
+
+
+def replay(cfg: PipelineConfig, table: pa.Table) -> Replay:
+    """The sample through ``streamrec produce``, ``build-passes`` and ``cluster`` on ``cfg``
+    (its services, directories and cluster; this sample's schema), against the regression."""
     passes = table.num_rows // ROWS_PER_PASS  # the last, partial window only closes the pass
     schema = SchemaConfig.model_validate(yaml.safe_load((DATA / "schema.yaml").read_text()))
-    cfg = bench_config(services, root, f"calibration{run}")
-    cfg = section(cfg, "passes", parts_per_pass=2)
-    cfg = section(cfg, "cluster", workers=args.workers)
-    runner = cfg.model.runner.model_copy(update={"sync_mode": args.sync_mode})
-    model = cfg.model.model_copy(update={"runner": runner})
-    cfg = cfg.model_copy(update={"feature_schema": schema, "model": model})
+    cfg = cfg.model_copy(update={"feature_schema": schema})
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     events = Path(cfg.paths.work_root) / "attribution.jsonl"
     start_ms, _ = window_ms(FIRST, cfg.passes.pass_minutes)
@@ -159,26 +195,23 @@ def one_run(services, root: Path, run: int, table: pa.Table, args: argparse.Name
     rows = [read_manifest(pass_dir(cfg.paths.data_root, p)).rows for p in pass_ids]
     if rows != [ROWS_PER_PASS] * passes:
         raise RuntimeError(f"passes hold {rows} rows, not {ROWS_PER_PASS} each")
-
     results = train_on_the_cluster(cfg, config, pass_ids)
     ours = [PassScore(r["test"]["auc"], r["test"]["copc"]) for r in results]
-    theirs = regression_scores(table, passes)
-    print(f"\nrun {run}")
-    print(f"{'pass':12}  {'CTR':>5}  {'AUC':>6}  {'AUC LR':>6}  {'COPC':>6}  {'COPC LR':>7}")
-    for pass_id, r, m, lr in zip(pass_ids, results, ours, theirs, strict=True):
-        lr_auc, lr_copc = (f"{lr.auc:.4f}", f"{lr.copc:.4f}") if lr else ("-", "-")
-        ctr = r["test"]["actual_ctr"]
-        print(f"{pass_id:12}  {ctr:5.3f}  {m.auc:6.4f}  {lr_auc:>6}  {m.copc:6.4f}  {lr_copc:>7}")
-    scored = range(SCORED_FROM - 1, passes)
-    gaps = RunGaps(
-        auc=float(np.mean([theirs[i].auc - ours[i].auc for i in scored])),
-        copc=float(np.mean([abs(ours[i].copc - 1) - abs(theirs[i].copc - 1) for i in scored])),
+    return Replay(pass_ids, results, ours, regression_scores(table, passes))
+
+
+def one_run(services, root: Path, run: int, table: pa.Table, args: argparse.Namespace) -> RunGaps:
+    """One replay on a fresh cluster of the shipped config, as ``args`` varies it."""
+    cfg = bench_config(services, root, f"calibration{run}")
+    cfg = section(cfg, "passes", parts_per_pass=2)
+    cfg = section(cfg, "cluster", workers=args.workers)
+    runner = cfg.model.runner.model_copy(
+        update={"sync_mode": args.sync_mode, "intercept": args.intercept}
     )
-    print(
-        f"passes {SCORED_FROM}-{passes}: mean AUC {gaps.auc:+.4f} below the regression's, "
-        f"mean |COPC - 1| {gaps.copc:+.4f} above it"
-    )
-    return gaps
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
+    done = replay(cfg, table)
+    print(f"\nrun {run}\n{done.table()}")
+    return done.gaps()
 
 
 def main() -> int:
@@ -188,6 +221,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="replays, each on a fresh cluster")
     parser.add_argument("--workers", type=int, default=2, help="cluster workers")
     parser.add_argument("--sync-mode", choices=("async", "sync"), default="async")
+    parser.add_argument("--intercept", choices=("refit", "keep"), default="refit")
     args = parser.parse_args()
     print(hardware_line())
     table = sample_rows()
@@ -195,7 +229,7 @@ def main() -> int:
         root = Path(tmp)
         with local_services(root / "services") as services:
             gaps = [one_run(services, root, run, table, args) for run in range(1, args.runs + 1)]
-    print(f"\n{args.runs} runs, {args.workers} workers, {args.sync_mode}:")
+    print(f"\n{args.runs} runs, {args.workers} workers, {args.sync_mode}, {args.intercept}:")
     print(
         "AUC gaps", [round(g.auc, 4) for g in gaps], "COPC gaps", [round(g.copc, 4) for g in gaps]
     )

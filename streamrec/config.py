@@ -527,6 +527,13 @@ class RunnerConfig(_Strict):
         "the mean of the pass's iterates (steadier calibration from pass to pass), from the "
         "second pass of a fresh model on; none: the last iterate.",
     )
+    intercept: Literal["refit", "keep"] = Field(
+        "refit",
+        description="After training on a pass: refit: one more inference read of the pass, "
+        "then the logit's bias is shifted so the model's predicted clicks on that pass equal "
+        "its actual clicks (its in-sample COPC is 1, as a logistic regression's intercept "
+        "makes it; AUC is unchanged); keep: the bias as training left it.",
+    )
 
     @field_validator("sync_mode")
     @classmethod

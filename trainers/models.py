@@ -27,6 +27,7 @@ class ModelGraph:
     predict: Any  # click probability, shape [-1, 1]
     loss: Any
     pooled: dict[str, str]  # slot name -> pooled embedding var name (inference feed)
+    logit_bias: str  # the dense parameter that adds straight to the logit (``intercept``)
     dense_var: str | None
     stat_vars: dict[str, Any]  # metric accumulators, summed across workers
 
@@ -100,6 +101,11 @@ def _inputs(paddle: Any, schema: SchemaConfig, hp: HyperParameters) -> _Inputs:
     return _Inputs(use_vars, pooled, dense, label)
 
 
+def _out_bias(prefix: str) -> str:
+    """The bias of an MLP's logit layer: it adds straight to the model's logit."""
+    return f"{prefix}.out.b"
+
+
 def _mlp(paddle: Any, x: Any, sizes: list[int], prefix: str) -> Any:
     """ReLU layers of ``sizes``, then one logit."""
     for i, width in enumerate(sizes):
@@ -114,11 +120,13 @@ def _mlp(paddle: Any, x: Any, sizes: list[int], prefix: str) -> Any:
         x,
         1,
         weight_attr=paddle.ParamAttr(name=f"{prefix}.out.w"),
-        bias_attr=paddle.ParamAttr(name=f"{prefix}.out.b"),
+        bias_attr=paddle.ParamAttr(name=_out_bias(prefix)),
     )
 
 
-def _graph(paddle: Any, inputs: _Inputs, schema: SchemaConfig, logit: Any) -> ModelGraph:
+def _graph(
+    paddle: Any, inputs: _Inputs, schema: SchemaConfig, logit: Any, logit_bias: str
+) -> ModelGraph:
     predict = paddle.nn.functional.sigmoid(logit)
     loss = paddle.mean(
         paddle.nn.functional.binary_cross_entropy_with_logits(
@@ -130,6 +138,7 @@ def _graph(paddle: Any, inputs: _Inputs, schema: SchemaConfig, logit: Any) -> Mo
         predict=predict,
         loss=loss,
         pooled={s.name: v.name for s, v in zip(schema.sparse, inputs.pooled, strict=True)},
+        logit_bias=logit_bias,
         dense_var=inputs.dense.name if inputs.dense is not None else None,
         stat_vars=metric_stats(paddle, predict, inputs.label),
     )
@@ -167,7 +176,7 @@ class CtrDnn:
         inputs = _inputs(paddle, schema, hp)
         features = _with_dense(inputs, inputs.pooled)
         logit = _mlp(paddle, paddle.concat(features, axis=1), hp.fc_sizes, "dnn")
-        return _graph(paddle, inputs, schema, logit)
+        return _graph(paddle, inputs, schema, logit, _out_bias("dnn"))
 
 
 class WideDeep:
@@ -181,7 +190,8 @@ class WideDeep:
         inputs = _inputs(paddle, schema, hp)
         deep_in = _with_dense(inputs, _factors(inputs))
         deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
-        return _graph(paddle, inputs, schema, _first_order(paddle, inputs) + deep)
+        logit = _first_order(paddle, inputs) + deep
+        return _graph(paddle, inputs, schema, logit, _out_bias("deep"))
 
 
 class DeepFM:
@@ -199,7 +209,8 @@ class DeepFM:
         fm = 0.5 * paddle.sum(summed_square - square_summed, axis=1, keepdim=True)
         deep_in = _with_dense(inputs, factors)
         deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
-        return _graph(paddle, inputs, schema, _first_order(paddle, inputs) + fm + deep)
+        logit = _first_order(paddle, inputs) + fm + deep
+        return _graph(paddle, inputs, schema, logit, _out_bias("deep"))
 
 
 MODELS: dict[str, type[CtrModel]] = {"ctr_dnn": CtrDnn, "wide_deep": WideDeep, "deepfm": DeepFM}

@@ -4,6 +4,8 @@
                 ``progressive: in_train`` the training run's own batch-before-update scores)
                 -> global metrics; row count checked against the manifest; in sync mode
                 every batch ends in a round all workers join (``sync_mode``)
+                -> the dense mean of the pass's iterates (``dense_average``), then the
+                logit's bias refitted on the pass (``intercept``)
                 -> checkpoint: a delta, or a base every N passes (``checkpoints``)
     maintain    after a day's last pass: fleet.shrink -> mode-3 save, the new base
     restore     at start: the newest complete base, then its deltas, loaded in order
@@ -48,7 +50,8 @@ from trainers.checkpoints import (
 )
 from trainers.dense_average import IterateAverage
 from trainers.instance_dump import point_dump, read_dump, read_dump_with_ids
-from trainers.metrics import STAT_NAMES, PassMetrics, metrics_from_stats, stats_from_predictions
+from trainers.intercept import add_to_bias, intercept_shift
+from trainers.metrics import STAT_NAMES, metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS, ModelGraph
 from trainers.strategy import saved_value_layout
 from trainers.sync_mode import SyncRounds
@@ -146,17 +149,14 @@ def _accumulated_stats(ctx: WorkerContext) -> Stats:
     return read("auc_pos"), read("auc_neg"), {n: float(read(n)[0]) for n in STAT_NAMES}
 
 
-def _global_metrics(local: Stats) -> PassMetrics:
-    """Sum every worker's buckets and sums (gloo all-reduce), then compute the metrics
-    once, in numpy."""
+def _global_stats(local: Stats) -> Stats:
+    """Every worker's buckets and sums, summed (a gloo all-reduce)."""
     from paddle.distributed import fleet
 
     pos, neg, sums = local
     total = np.asarray(fleet.metrics.sum(np.concatenate([pos, neg, [sums[n] for n in STAT_NAMES]])))
     k = len(pos)
-    return metrics_from_stats(
-        total[:k], total[k : 2 * k], dict(zip(STAT_NAMES, total[2 * k :].tolist(), strict=True))
-    )
+    return total[:k], total[k : 2 * k], dict(zip(STAT_NAMES, total[2 * k :].tolist(), strict=True))
 
 
 def _threads(ctx: WorkerContext, files: list[str]) -> int:
@@ -197,11 +197,11 @@ def _in_memory_dataset(
     return dataset
 
 
-def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetrics:
+def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stats:
     """Score (``phase`` "test") or train on this worker's part of the pass, then the global
-    metrics. With one reader thread they come from the graph's accumulators; with more,
-    from every instance's dumped prediction and label (the threads race on the
-    accumulators, see ``instance_dump``)."""
+    buckets and sums (``metrics_from_stats`` makes them metrics). With one reader thread
+    they come from the graph's accumulators; with more, from every instance's dumped
+    prediction and label (the threads race on the accumulators, see ``instance_dump``)."""
     import paddle
 
     program = paddle.static.default_main_program()
@@ -222,53 +222,57 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> PassMetr
     if rounds is not None:  # a worker without data still joins the others' rounds
         rounds.finish()
     if threads == 1:
-        return _global_metrics(_accumulated_stats(ctx))
+        return _global_stats(_accumulated_stats(ctx))
     scores, labels = read_dump(dump, 2)
     shutil.rmtree(dump)
-    return _global_metrics(stats_from_predictions(scores, labels, AUC_BUCKETS))
+    return _global_stats(stats_from_predictions(scores, labels, AUC_BUCKETS))
 
 
-def _test_then_train(
-    ctx: WorkerContext, files: list[str], seconds: dict[str, float]
-) -> tuple[PassMetrics, PassMetrics]:
-    """Progressive validation and training on this worker's files of the pass.
+Read = Callable[[str], Any]  # phase -> the dataset to run it on (None: no files here)
 
-    ``progressive: separate`` scores the whole pass first, then trains on it;
-    ``in_train`` reads it once and takes the training run's metrics, where each batch is
-    scored before its own update. Changing the thread count between runs of one process
-    aborts Paddle (a CHECK in dist_multi_trainer), so evaluation and training share it."""
+
+@contextmanager
+def _pass_reads(
+    ctx: WorkerContext, files: list[str], threads: int, seconds: dict[str, float]
+) -> Iterator[Read]:
+    """This worker's files of the pass, for each read of it: a QueueDataset is a stream,
+    read once, so each read gets a new one; an InMemoryDataset is loaded once, read in file
+    order until the first training read, which shuffles it across all workers first (a
+    collective: every worker takes part, with or without files)."""
     from paddle.distributed import fleet
 
-    threads = _threads(ctx, files)
-    separate = ctx.cfg.model.runner.progressive == "separate"
     if ctx.cfg.model.runner.reader_type == "QueueDataset":
-
-        def stream() -> Any:  # a QueueDataset is read once
-            return _queue_dataset(ctx, files, threads) if files else None
-
-        test = None
-        if separate:
-            with ctx.stage("test", seconds):
-                test = _run(ctx, stream(), "test", threads)
-        with ctx.stage("train", seconds):
-            train = _run(ctx, stream(), "train", threads)
-        return test if test is not None else train, train
-    # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
-    # all workers (a collective: every worker takes part, with or without files) and train.
+        yield lambda phase: _queue_dataset(ctx, files, threads) if files else None
+        return
     with ctx.stage("load", seconds):
         dataset = _in_memory_dataset(ctx, files, threads)
+    shuffled = False
+
+    def read(phase: str) -> Any:
+        nonlocal shuffled
+        if phase == "train" and not shuffled:
+            with ctx.stage("shuffle", seconds):
+                dataset.global_shuffle(fleet)
+            shuffled = True
+        return dataset
+
     try:
-        test = None
-        if separate:
-            with ctx.stage("test", seconds):
-                test = _run(ctx, dataset, "test", threads)
-        with ctx.stage("shuffle", seconds):
-            dataset.global_shuffle(fleet)
-        with ctx.stage("train", seconds):
-            train = _run(ctx, dataset, "train", threads)
+        yield read
     finally:
         dataset.release_memory()
-    return test if test is not None else train, train
+
+
+def _refit_intercept(
+    ctx: WorkerContext, read: Read, threads: int, seconds: dict[str, float]
+) -> dict[str, Any]:
+    """Score the pass as the model now stands and shift the logit's bias so its predicted
+    clicks equal the actual ones (``intercept``); the in-sample COPC before, and the shift."""
+    with ctx.stage("refit", seconds):
+        pos, neg, sums = _run(ctx, read("test"), "test", threads)
+        shift = intercept_shift(pos, neg)
+        ctx.leader_only(lambda: add_to_bias(ctx.graph.logit_bias, shift))
+        dense_tables.pull()
+    return {"copc_before": metrics_from_stats(pos, neg, sums).copc, "shift": shift}
 
 
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
@@ -280,11 +284,26 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     files = [str(directory / p.file) for p in manifest.parts]
     mine = files[ctx.rank :: ctx.workers]
     seconds: dict[str, float] = {}
-    test, train = _test_then_train(ctx, mine, seconds)
-    averaged = None
-    if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's pass
-        with ctx.stage("average", seconds):
-            averaged = ctx.average.apply(ctx.leader_only)
+    threads = _threads(ctx, mine)
+    runner = ctx.cfg.model.runner
+    averaged = intercept = tested = None
+    # progressive validation: ``separate`` scores the whole pass first, the model exactly as
+    # the previous pass left it; ``in_train`` takes the training run's own scores, each
+    # batch scored before its update. Changing the thread count between runs of one process
+    # aborts Paddle (a CHECK in dist_multi_trainer), so every read shares it.
+    with _pass_reads(ctx, mine, threads, seconds) as read:
+        if runner.progressive == "separate":
+            with ctx.stage("test", seconds):
+                tested = _run(ctx, read("test"), "test", threads)
+        with ctx.stage("train", seconds):
+            trained = _run(ctx, read("train"), "train", threads)
+        if ctx.average is not None and ctx.average.training:  # not a fresh model's pass
+            with ctx.stage("average", seconds):
+                averaged = ctx.average.apply(ctx.leader_only)
+        if runner.intercept == "refit":
+            intercept = _refit_intercept(ctx, read, threads, seconds)
+    train = metrics_from_stats(*trained)
+    test = metrics_from_stats(*tested) if tested is not None else train
     if test.count != manifest.rows:
         log.error(
             "pass %s: evaluated %d rows but the manifest has %d", pass_id, test.count, manifest.rows
@@ -297,11 +316,12 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "train": train.to_dict(),
         "seconds": seconds,
         "workers": ctx.workers,
-        "reader": ctx.cfg.model.runner.reader_type,
-        "progressive": ctx.cfg.model.runner.progressive,
-        "sync_mode": ctx.cfg.model.runner.sync_mode,
+        "reader": runner.reader_type,
+        "progressive": runner.progressive,
+        "sync_mode": runner.sync_mode,
         "sync_rounds": ctx.sync.summary() if ctx.sync else None,
         "dense_average": averaged,
+        "intercept": intercept,
         "started_at": started_at,  # epoch seconds: scheduling latency and freshness
         "trained_at": time.time(),
     }

@@ -3,8 +3,8 @@ display-ads log (tests/data/criteo: 26 hashed categoricals, 13 counts) go throug
 ``streamrec produce`` (gzipped Criteo TSV), the pass builder (1,000 rows a pass) and the
 cluster, which learns from them pass after pass. No COPC band: on 1,000-row passes it is
 sampling noise (a model predicting the sample's rate exactly scores 1.14 on pass 5), and it
-failed a green suite at 1.338 on pass 4; calibration is measured on 10,000-row passes
-against a logistic regression by bench/calibration.py (docs/DECISIONS.md, issue 25)."""
+failed a green suite at 1.338 on pass 4; calibration is tested on 10,000-row passes
+against a logistic regression in test_real_ctr_calibration.py."""
 
 from __future__ import annotations
 
