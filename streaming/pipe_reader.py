@@ -125,28 +125,36 @@ def multislot_text(
 
 
 def convert(
-    source: BinaryIO, sink: BinaryIO, layout: ReaderLayout | SchemaConfig, ins_id: bool = False
+    source: BinaryIO,
+    sink: BinaryIO,
+    layout: ReaderLayout | SchemaConfig,
+    ins_id: bool = False,
+    every: int = 1,
 ) -> int:
-    """Read one Parquet file from ``source``, write its MultiSlot text to ``sink``; row count."""
+    """Read one Parquet file from ``source``, write the MultiSlot text of every ``every``-th
+    row (the first, then each ``every`` rows on) to ``sink``; the rows written."""
     table = pq.read_table(pa.BufferReader(source.read()))
+    if every > 1:
+        table = table.take(np.arange(0, table.num_rows, every))
     sink.write(multislot_text(table, layout, ins_id))
     return table.num_rows
 
 
-def pipe_command(schema: SchemaConfig, ins_id: bool = False) -> str:
-    """The shell command Paddle runs for every file."""
+def pipe_command(schema: SchemaConfig, ins_id: bool = False, every: int = 1) -> str:
+    """The shell command Paddle runs for every file (``every``: keep every k-th row)."""
     arg = ReaderLayout.from_schema(schema).to_arg()
-    return f"{shlex.quote(sys.executable)} -m streaming.pipe_reader --layout {shlex.quote(arg)}" + (
-        " --ins-id" if ins_id else ""
-    )
+    command = f"{shlex.quote(sys.executable)} -m streaming.pipe_reader --layout {shlex.quote(arg)}"
+    return command + (" --ins-id" if ins_id else "") + (f" --every {every}" if every > 1 else "")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Parquet pass part on stdin -> MultiSlot text.")
     parser.add_argument("--layout", required=True, help="slot layout JSON (see pipe_command)")
     parser.add_argument("--ins-id", action="store_true", help="start lines with the event id")
+    parser.add_argument("--every", type=int, default=1, help="keep every k-th row (a sample)")
     args = parser.parse_args(argv)
-    convert(sys.stdin.buffer, sys.stdout.buffer, ReaderLayout.from_arg(args.layout), args.ins_id)
+    layout = ReaderLayout.from_arg(args.layout)
+    convert(sys.stdin.buffer, sys.stdout.buffer, layout, args.ins_id, args.every)
     sys.stdout.buffer.flush()
     return 0
 

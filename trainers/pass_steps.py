@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -164,13 +165,14 @@ def _threads(ctx: WorkerContext, files: list[str]) -> int:
     return max(1, min(ctx.cfg.model.runner.thread_num, len(files)))
 
 
-def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int) -> Any:
+def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int, every: int = 1) -> Any:
+    """The files streamed through the pipe reader (``every``: every k-th row of each)."""
     import paddle
 
     dataset = paddle.distributed.QueueDataset()
     dataset.init(
         use_var=ctx.graph.use_vars,
-        pipe_command=pipe_command(ctx.cfg.feature_schema),
+        pipe_command=pipe_command(ctx.cfg.feature_schema, every=every),
         batch_size=ctx.cfg.model.runner.batch_size,
         thread_num=threads,
     )
@@ -179,16 +181,17 @@ def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int) -> Any:
 
 
 def _in_memory_dataset(
-    ctx: WorkerContext, files: list[str], threads: int, ins_id: bool = False
+    ctx: WorkerContext, files: list[str], threads: int, ins_id: bool = False, every: int = 1
 ) -> Any:
-    """The pass loaded into memory; ``ins_id``: each row carries its event id (dumps)."""
+    """The pass loaded into memory; ``ins_id``: each row carries its event id (dumps);
+    ``every``: every k-th row of each file only."""
     # paddle.distributed.InMemoryDataset().global_shuffle(fleet) raises AttributeError in
     # 2.6.2; the base DatasetFactory one shuffles across workers (DESIGN.md).
     from paddle.base import DatasetFactory
 
     dataset = DatasetFactory().create_dataset("InMemoryDataset")
     dataset.set_use_var(ctx.graph.use_vars)
-    dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema, ins_id))
+    dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema, ins_id, every))
     dataset.set_parse_ins_id(ins_id)
     dataset.set_batch_size(ctx.cfg.model.runner.batch_size)
     dataset.set_thread(threads)
@@ -228,51 +231,71 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stats:
     return _global_stats(stats_from_predictions(scores, labels, AUC_BUCKETS))
 
 
-Read = Callable[[str], Any]  # phase -> the dataset to run it on (None: no files here)
-
-
-@contextmanager
-def _pass_reads(
+def _test_then_train(
     ctx: WorkerContext, files: list[str], threads: int, seconds: dict[str, float]
-) -> Iterator[Read]:
-    """This worker's files of the pass, for each read of it: a QueueDataset is a stream,
-    read once, so each read gets a new one; an InMemoryDataset is loaded once, read in file
-    order until the first training read, which shuffles it across all workers first (a
-    collective: every worker takes part, with or without files)."""
+) -> tuple[Stats | None, Stats]:
+    """Progressive validation and training on this worker's files of the pass.
+
+    ``progressive: separate`` scores the whole pass first (the model exactly as the previous
+    pass left it), then trains on it; ``in_train`` reads it once and takes the training
+    run's metrics, where each batch is scored before its own update (no separate scores)."""
     from paddle.distributed import fleet
 
+    separate = ctx.cfg.model.runner.progressive == "separate"
     if ctx.cfg.model.runner.reader_type == "QueueDataset":
-        yield lambda phase: _queue_dataset(ctx, files, threads) if files else None
-        return
+
+        def stream() -> Any:  # a QueueDataset is read once
+            return _queue_dataset(ctx, files, threads) if files else None
+
+        test = None
+        if separate:
+            with ctx.stage("test", seconds):
+                test = _run(ctx, stream(), "test", threads)
+        with ctx.stage("train", seconds):
+            train = _run(ctx, stream(), "train", threads)
+        return test, train
+    # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
+    # all workers (a collective: every worker takes part, with or without files) and train.
     with ctx.stage("load", seconds):
         dataset = _in_memory_dataset(ctx, files, threads)
-    shuffled = False
-
-    def read(phase: str) -> Any:
-        nonlocal shuffled
-        if phase == "train" and not shuffled:
-            with ctx.stage("shuffle", seconds):
-                dataset.global_shuffle(fleet)
-            shuffled = True
-        return dataset
-
     try:
-        yield read
+        test = None
+        if separate:
+            with ctx.stage("test", seconds):
+                test = _run(ctx, dataset, "test", threads)
+        with ctx.stage("shuffle", seconds):
+            dataset.global_shuffle(fleet)
+        with ctx.stage("train", seconds):
+            train = _run(ctx, dataset, "train", threads)
     finally:
         dataset.release_memory()
+    return test, train
 
 
 def _refit_intercept(
-    ctx: WorkerContext, read: Read, threads: int, seconds: dict[str, float]
+    ctx: WorkerContext, files: list[str], threads: int, rows: int, seconds: dict[str, float]
 ) -> dict[str, Any]:
-    """Score the pass as the model now stands and shift the logit's bias so its predicted
-    clicks equal the actual ones (``intercept``); the in-sample COPC before, and the shift."""
+    """Score the pass as the model now stands (every k-th row, about ``intercept_rows``
+    of the pass's ``rows``) and shift the logit's bias so its predicted clicks on them equal
+    their clicks (``intercept``); the rows scored, their COPC before, and the shift."""
+    runner = ctx.cfg.model.runner
+    every = max(1, math.ceil(rows / runner.intercept_rows))
     with ctx.stage("refit", seconds):
-        pos, neg, sums = _run(ctx, read("test"), "test", threads)
+        if runner.reader_type == "QueueDataset":
+            pos, neg, sums = _run(
+                ctx, _queue_dataset(ctx, files, threads, every) if files else None, "test", threads
+            )
+        else:  # an in-memory run loads its own sample, as the pass's reads load theirs
+            dataset = _in_memory_dataset(ctx, files, threads, every=every)
+            try:
+                pos, neg, sums = _run(ctx, dataset, "test", threads)
+            finally:
+                dataset.release_memory()
         shift = intercept_shift(pos, neg)
         ctx.leader_only(lambda: add_to_bias(ctx.graph.logit_bias, shift))
         dense_tables.pull()
-    return {"copc_before": metrics_from_stats(pos, neg, sums).copc, "shift": shift}
+    before = metrics_from_stats(pos, neg, sums)
+    return {"rows": before.count, "every": every, "copc_before": before.copc, "shift": shift}
 
 
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
@@ -286,22 +309,15 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     seconds: dict[str, float] = {}
     threads = _threads(ctx, mine)
     runner = ctx.cfg.model.runner
-    averaged = intercept = tested = None
-    # progressive validation: ``separate`` scores the whole pass first, the model exactly as
-    # the previous pass left it; ``in_train`` takes the training run's own scores, each
-    # batch scored before its update. Changing the thread count between runs of one process
-    # aborts Paddle (a CHECK in dist_multi_trainer), so every read shares it.
-    with _pass_reads(ctx, mine, threads, seconds) as read:
-        if runner.progressive == "separate":
-            with ctx.stage("test", seconds):
-                tested = _run(ctx, read("test"), "test", threads)
-        with ctx.stage("train", seconds):
-            trained = _run(ctx, read("train"), "train", threads)
-        if ctx.average is not None and ctx.average.training:  # not a fresh model's pass
-            with ctx.stage("average", seconds):
-                averaged = ctx.average.apply(ctx.leader_only)
-        if runner.intercept == "refit":
-            intercept = _refit_intercept(ctx, read, threads, seconds)
+    # changing the thread count between runs of one process aborts Paddle (a CHECK in
+    # dist_multi_trainer), so every read of the pass shares ``threads``
+    tested, trained = _test_then_train(ctx, mine, threads, seconds)
+    averaged = intercept = None
+    if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's pass
+        with ctx.stage("average", seconds):
+            averaged = ctx.average.apply(ctx.leader_only)
+    if runner.intercept == "refit":
+        intercept = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
     train = metrics_from_stats(*trained)
     test = metrics_from_stats(*tested) if tested is not None else train
     if test.count != manifest.rows:

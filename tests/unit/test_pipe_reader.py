@@ -82,6 +82,20 @@ def test_convert_streams_parquet_to_text(shipped_config: PipelineConfig) -> None
     assert out.getvalue() == multislot_text(_table(shipped_config), shipped_config.feature_schema)
 
 
+def test_every_kth_row_is_a_sample_through_the_command(
+    shipped_config: PipelineConfig, tmp_path: Path
+) -> None:
+    schema = shipped_config.feature_schema
+    table = pa.concat_tables([_table(shipped_config)] * 5)  # rows a, b, a, b, ... (10)
+    table = table.set_column(0, "event_id", pa.array([f"e{i}" for i in range(10)]))
+    pq.write_table(table, tmp_path / "part.parquet")
+    cmd = f"cat {tmp_path / 'part.parquet'} | {pipe_command(schema, ins_id=True, every=3)}"
+    out = subprocess.run(cmd, shell=True, capture_output=True, check=True).stdout
+    assert [line.split()[1] for line in out.decode().splitlines()] == ["e0", "e3", "e6", "e9"]
+    assert out == multislot_text(table.take([0, 3, 6, 9]), schema, ins_id=True)
+    assert "--every" not in pipe_command(schema)
+
+
 def test_pipe_command_runs_without_paddle(shipped_config: PipelineConfig, tmp_path: Path) -> None:
     pq.write_table(_table(shipped_config), tmp_path / "part.parquet")
     cmd = f"cat {tmp_path / 'part.parquet'} | {pipe_command(shipped_config.feature_schema)}"
