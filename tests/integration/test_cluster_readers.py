@@ -2,7 +2,8 @@
 here with two reader threads, whose metrics come from per-instance dumps) and
 InMemoryDataset (loaded once, globally shuffled across workers before training); and both
 places the progressive metrics come from: the training run itself (``in_train``, one read)
-or a separate inference run before it."""
+or a separate inference run before it. After training, the intercept refit scores a sample
+of the pass (every k-th row) with either reader."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def test_reader_trains_every_row_once(
         reader_type=reader,
         thread_num=threads,
         progressive=progressive,
+        intercept_rows=5000,  # the refit scores a sample: every 3rd row of 12,000
     )
     ensure_topic(cfg.kafka, cfg.kafka.impressions_topic, cfg.kafka.partitions)
     producer = make_producer(cfg.kafka)
@@ -54,7 +56,8 @@ def test_reader_trains_every_row_once(
         results = [cluster.client.train(p) for p in (FIRST, SECOND)]
         per_worker = cluster.client.worker_results("train", SECOND)
     for pass_id, result in zip((FIRST, SECOND), results, strict=True):
-        rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
+        manifest = read_manifest(pass_dir(cfg.paths.data_root, pass_id))
+        rows = manifest.rows
         assert result["reader"] == reader
         # every row evaluated and trained once, with one reader thread or several
         assert result["test"]["count"] == result["train"]["count"] == rows
@@ -64,6 +67,11 @@ def test_reader_trains_every_row_once(
             assert "test" in result["seconds"] and result["test"] != result["train"]
         else:  # one read: the training run's batch-before-update figures
             assert "test" not in result["seconds"] and result["test"] == result["train"]
+        # the intercept refit scored every k-th row of each part, on both readers
+        refit = result["intercept"]
+        assert refit["every"] == math.ceil(rows / 5000) == 3
+        assert refit["rows"] == sum(math.ceil(p.rows / 3) for p in manifest.parts)
+        assert math.isfinite(refit["shift"]) and refit["shift"] != 0
     assert results[1]["test"]["auc"] > 0.6
     assert per_worker[0]["train"] == per_worker[1]["train"]  # one all-reduced view
     # the servers keep the mean of the pass's dense iterates, over every batch of both
