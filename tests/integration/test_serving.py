@@ -404,7 +404,7 @@ def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
     assert done.returncode == 0, done.stderr
     take_back()
     kills = 0
-    for attempt in range(12):
+    for attempt in range(20):
         proc = subprocess.Popen(
             ["bash", "-c", script],
             start_new_session=True,
@@ -415,6 +415,8 @@ def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             kills += 1
+        else:  # it finished before the kill: the unkilled run was slower (a busier moment)
+            duration *= 0.7
         proc.wait()
         serving = delivery.registry_for(stack.cfg).serving_version()
         verify_artifact(store.model_dir / serving)
