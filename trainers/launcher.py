@@ -134,7 +134,10 @@ class LocalCluster:
             return []
         assert self._proc is not None
         try:
-            children = psutil.Process(self._proc.pid).children(recursive=True)
+            # fleetrun's own children only: a worker's forks carry its command line too
+            # (gloo's rendezvous store for seconds at start, each pipe reader until its
+            # exec), and counted as members they made a healthy cluster look broken
+            children = psutil.Process(self._proc.pid).children(recursive=False)
         except psutil.NoSuchProcess:
             return []
         alive = []
