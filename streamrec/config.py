@@ -529,10 +529,10 @@ class RunnerConfig(_Strict):
     )
     intercept: Literal["refit", "keep"] = Field(
         "refit",
-        description="After training on a pass: refit: one more inference read of the pass, "
-        "then the logit's bias is shifted so the model's predicted clicks on that pass equal "
-        "its actual clicks (its in-sample COPC is 1, as a logistic regression's intercept "
-        "makes it; AUC is unchanged); keep: the bias as training left it.",
+        description="After training on a pass: refit: an inference read of a sample of the "
+        "pass (intercept_rows), then the logit's bias is shifted so the model's predicted "
+        "clicks on it equal its actual clicks (in-sample COPC 1, as a logistic regression's "
+        "intercept makes it; AUC is unchanged); keep: the bias as training left it.",
     )
     intercept_rows: int = Field(
         50_000,
