@@ -15,7 +15,7 @@ from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_synthetic
 from streamrec.config import PipelineConfig, SchemaConfig, dump_config, load_config, with_services
 from streamrec.local_services import free_port
-from trainers.launcher import fleetrun_path
+from trainers.node_processes import fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent
 STREAMREC = str(Path(sys.executable).with_name("streamrec"))  # the CLI in this venv

@@ -66,31 +66,45 @@ def _config(path: Path) -> PipelineConfig:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from ops.status import format_table, needs_attention, recent_passes, serving_summary
+    from ops.status import (
+        cluster_summary,
+        format_cluster,
+        format_serving,
+        format_table,
+        needs_attention,
+        recent_passes,
+        serving_summary,
+    )
 
     cfg = _config(args.config)
     rows = recent_passes(cfg, args.limit)
     serving = serving_summary(cfg)
+    cluster = cluster_summary(cfg)
     if args.json:
-        print(json.dumps({"serving": serving, "passes": [r.to_dict() for r in rows]}, indent=2))
+        passes = [r.to_dict() for r in rows]
+        print(json.dumps({"serving": serving, "cluster": cluster, "passes": passes}, indent=2))
     else:
-        print(format_table(rows))
-        age = serving["age_seconds"]
-        print(
-            f"\nserving: {serving['version'] or 'nothing yet'}"
-            + (f" (data {age:.0f} s old)" if age is not None else "")
-        )
+        print("\n\n".join([format_table(rows), format_serving(serving), format_cluster(cluster)]))
     return ATTENTION if needs_attention(rows) else 0
 
 
 def _report(args: argparse.Namespace) -> int:
     from ops.report import render
-    from ops.status import format_table, recent_passes
+    from ops.status import (
+        cluster_summary,
+        format_cluster,
+        format_serving,
+        format_table,
+        recent_passes,
+        serving_summary,
+    )
     from streamrec.atomic_fs import write_text_atomic
 
     cfg = _config(args.config)
     rows = recent_passes(cfg, args.limit)
-    write_text_atomic(args.out.resolve(), render(cfg.name, rows, format_table(rows)))
+    status = [format_table(rows), format_serving(serving_summary(cfg))]
+    status.append(format_cluster(cluster_summary(cfg)))
+    write_text_atomic(args.out.resolve(), render(cfg.name, rows, "\n\n".join(status)))
     print(f"wrote {args.out} ({len(rows)} passes)")
     return 0
 

@@ -174,13 +174,74 @@ def needs_attention(rows: list[PassRow]) -> bool:
 
 
 def serving_summary(cfg: PipelineConfig, now: float | None = None) -> dict[str, Any]:
-    """The serving version and how old its data is (now minus its window end)."""
-    version = registry_for(cfg).serving_version()
+    """The serving version, how old its data is (now minus its window end), and what each
+    running ``streamrec serve`` replica serves, on which host."""
+    registry = registry_for(cfg)
+    version = registry.serving_version()
+    replicas = registry.replicas()
     now = time.time() if now is None else now
     if version is None:
-        return {"version": None, "age_seconds": None}
+        return {"version": None, "age_seconds": None, "replicas": replicas}
     end = window_ms(version, cfg.passes.pass_minutes)[1] / 1000
-    return {"version": version, "age_seconds": now - end}
+    return {"version": version, "age_seconds": now - end, "replicas": replicas}
+
+
+def format_serving(summary: dict[str, Any]) -> str:
+    """The serving summary as lines: the version, then each replica and its host."""
+    age = summary["age_seconds"]
+    lines = [
+        f"serving: {summary['version'] or 'nothing yet'}"
+        + (f" (data {age:.0f} s old)" if age is not None else "")
+    ]
+    for replica in summary["replicas"]:
+        lines.append(
+            f"  {replica['replica']:<24} on {replica['host']:<12} serves "
+            f"{replica['version'] or 'nothing yet'}"
+        )
+    return "\n".join(lines)
+
+
+def cluster_summary(cfg: PipelineConfig) -> dict[str, Any]:
+    """The cluster as its node agents report it: the generation, each configured node
+    (its state and members, or ``None`` if it is not heartbeating), the last restart."""
+    from trainers.generation import GenerationStore
+    from trainers.topology import LOCAL_NODE
+
+    names = [n.name for n in cfg.cluster.nodes] or [LOCAL_NODE]
+    store = GenerationStore(connect(cfg.redis), RedisKeys(cfg.name), names)
+    generation = store.read()
+    beats = store.beats()
+    history = store.history(limit=2)
+    return {
+        "generation": asdict(generation) if generation else None,
+        "nodes": {n: asdict(beats[n]) if n in beats else None for n in names},
+        "last_restart": history[0] if history and history[0]["number"] > 1 else None,
+    }
+
+
+def format_cluster(summary: dict[str, Any]) -> str:
+    """The cluster summary as a few lines for ``streamrec status``."""
+    generation = summary["generation"]
+    if generation is None:
+        return "cluster: no node agent has reported ('streamrec cluster' not running here)"
+    lines = [f"cluster: generation {generation['number']} ({generation['state']})"]
+    if restart := summary["last_restart"]:
+        took = (restart["started_ms"] - restart["at_ms"]) / 1000
+        at = datetime.fromtimestamp(restart["at_ms"] / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        lines.append(
+            f"last restart: {at}, {restart['cause']} (seen by {restart['by']}; "
+            f"every node back in {took:.1f} s)"
+        )
+    for name, beat in summary["nodes"].items():
+        if beat is None:
+            lines.append(f"  {name:<12} no heartbeat")
+            continue
+        members = ", ".join(f"{m['role'].lower()} {m['pid']}" for m in beat["members"]) or "none"
+        lines.append(
+            f"  {name:<12} {beat['address']:<15} {beat['state']:<12} "
+            f"generation {beat['generation']:<4} members: {members}"
+        )
+    return "\n".join(lines)
 
 
 _COLUMNS = [  # (title, attribute, width, format)

@@ -57,6 +57,17 @@ class ModelRegistry:
             raise NothingServing(f"version {version} of {self._model} is not registered")
         return json.loads(raw)
 
+    def note_replica(self, record: dict[str, Any], ttl_s: float) -> None:
+        """A running service says which version it serves; the note expires after
+        ``ttl_s`` unless renewed."""
+        key = self._keys.registry_replica(self._model, record["replica"])
+        self._r.set(key, json.dumps({**record, "ts": time.time()}), px=int(ttl_s * 1000))
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """What every running service noted, by replica name."""
+        keys = sorted(self._r.scan_iter(self._keys.registry_replica(self._model, "*")))
+        return [json.loads(v) for v in self._r.mget(keys) if v] if keys else []
+
     def serving_version(self) -> str | None:
         return self._r.get(self._keys.registry_serving(self._model))
 

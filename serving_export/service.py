@@ -4,7 +4,7 @@
                     -> {"version", "p_click": [...], "event_ids": [...]}
     GET  /healthz   the process answers
     GET  /readyz    200 once a verified version is loaded, 503 before
-    GET  /version   what serves: version, its freshness, sparse kind
+    GET  /version   what serves: version, its freshness, sparse kind, and this host's name
     GET  /metrics   Prometheus text
 
 With ``serving.bearer_token_env`` (or ``_file``) set, /predict and /version answer 401
@@ -28,6 +28,7 @@ import argparse
 import hmac
 import json
 import logging
+import socket
 import sys
 import threading
 import time
@@ -134,8 +135,10 @@ class VersionFollower:
         state: ServingState,
         metrics: ServingMetrics,
         cfg: ServingConfig,
+        replica: str,
     ) -> None:
         self._registry = registry
+        self._replica = replica
         self._store = store
         self._state = state
         self._metrics = metrics
@@ -192,10 +195,22 @@ class VersionFollower:
             seconds,
         )
 
+    def note(self) -> None:
+        """Tell the registry what this replica serves (``streamrec status`` lists it)."""
+        current, swaps = self._state.current, self._state.swaps
+        record = {
+            "replica": self._replica,
+            "host": socket.gethostname(),
+            "version": current.version if current else None,
+            "loaded_at": swaps[-1][2] if swaps else None,
+        }
+        self._registry.note_replica(record, ttl_s=max(10.0, 5 * self._cfg.poll_seconds))
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.poll_once()
+                self.note()
             except Exception:  # Redis away: keep serving what is loaded, try again
                 log.exception("reading the serving pointer failed")
             self._stop.wait(self._cfg.poll_seconds)
@@ -270,15 +285,20 @@ def _authorized(request: Request, token: str | None) -> bool:
 
 
 def create_app(
-    cfg: ServingConfig, registry: ModelRegistry, store: InProcessStore | RedisStore
+    cfg: ServingConfig,
+    registry: ModelRegistry,
+    store: InProcessStore | RedisStore,
+    replica: str | None = None,
 ) -> FastAPI:
-    """The service's ASGI app; its lifespan starts and stops the version follower."""
+    """The service's ASGI app; its lifespan starts and stops the version follower.
+    ``replica`` names this service in the registry's notes (default: the host name)."""
     from contextlib import asynccontextmanager
 
     token = cfg.bearer_token()
     state = ServingState()
     metrics = ServingMetrics()
-    follower = VersionFollower(registry, store, state, metrics, cfg)
+    replica = replica or socket.gethostname()
+    follower = VersionFollower(registry, store, state, metrics, cfg, replica)
 
     def age() -> float:
         current = state.current
@@ -347,6 +367,8 @@ def create_app(
         return JSONResponse(
             {
                 "version": current.version,
+                "host": socket.gethostname(),
+                "replica": replica,
                 "model": m["model"],
                 "sparse": m["sparse"],
                 "freshness": {**m.get("freshness", {}), "served_at": state.served_at},
@@ -396,12 +418,13 @@ def main(argv: list[str] | None = None) -> int:
             require_credentials(cfg.redis)
         except ServiceError as e:  # a Redis not up yet: the version follower keeps trying
             log.warning("%s; serving starts and retries", e)
-        app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg))
+        host = args.host or cfg.serving.host
+        port = cfg.serving.port if args.port is None else args.port
+        replica = f"{socket.gethostname()}:{port}"
+        app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica)
     except StreamrecError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    host = args.host or cfg.serving.host
-    port = cfg.serving.port if args.port is None else args.port
     log.info(
         "streamrec serve on %s:%d: model %s, %s sparse store",
         host,

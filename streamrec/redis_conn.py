@@ -24,7 +24,9 @@ TRANSACTION_WRITES = (
 )
 
 
-def connect(rc: RedisConfig, *, decode: bool = True, ride_out_s: float = 0.0) -> redis.Redis:
+def connect(
+    rc: RedisConfig, *, decode: bool = True, ride_out_s: float = 0.0, timeout_s: float = 30.0
+) -> redis.Redis:
     """A client of ``rc``'s Redis returning str values (bytes with ``decode=False``).
 
     Without ``ride_out_s`` redis-py's default applies: three quick retries of a lost
@@ -32,7 +34,8 @@ def connect(rc: RedisConfig, *, decode: bool = True, ride_out_s: float = 0.0) ->
     backoff (up to 1 s) for about ``ride_out_s`` seconds (longer if Redis accepts but does
     not answer: each try may wait ``socket_timeout``), so a long-running process rides out a
     Redis restart instead of failing. Only for callers whose writes are idempotent: a
-    retried write may have been applied once already."""
+    retried write may have been applied once already. ``timeout_s`` bounds each connect
+    and each reply."""
     extra = {}
     if ride_out_s > 0:
         extra["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=int(ride_out_s) + 5)
@@ -41,7 +44,8 @@ def connect(rc: RedisConfig, *, decode: bool = True, ride_out_s: float = 0.0) ->
         username=rc.username,
         password=rc.password(),
         decode_responses=decode,
-        socket_timeout=30,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
         **extra,
     )
 

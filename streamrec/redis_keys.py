@@ -8,14 +8,26 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
     pass:<pass_id>                 HASH    per-pass status: state, rows, metrics (JSON),
                                            train (with its checkpoint), maintain, export, gate,
                                            delivered_version
-    heartbeat:<role>:<rank>        STRING  JSON {pid, ts, state}, expires after a few periods
+    heartbeat:<role>:<rank>        STRING  JSON {rank, pid, node, generation, state, ts}, expires
+                                           after a few periods
     cursor:<role>:<rank>           STRING  id of the last command this worker finished
     done:<kind>:<pass_id>          STRING  the command id that completed <kind> for the pass;
                                            train/maintain markers past the model a restarted
                                            cluster restored are dropped (trained again)
+    cluster:generation             HASH    the cluster generation the node agents agree on: gen,
+                                           state (forming|started), cause, by, at_ms, started_ms
+    cluster:ready:<gen>            HASH    node -> agent incarnation, for the nodes that joined
+                                           a forming generation
+    cluster:node:<node>            STRING  JSON heartbeat of a node agent (its generation, state,
+                                           members), expires after cluster.node_timeout_seconds
+    cluster:history                LIST    JSON of each generation that started, newest first
+    cluster:storage                STRING  JSON {node, token} of the shared-storage marker the
+                                           first node wrote (trainers.shared_storage)
     registry:<model>:versions      HASH    version -> artifact MANIFEST.json
     registry:<model>:serving       STRING  the version serving reads
     registry:<model>:history       LIST    JSON records of every pointer switch, newest first
+    registry:<model>:replica:<id>  STRING  JSON {replica, host, version, loaded_at, ts} of a
+                                           running `streamrec serve`, expires unless renewed
     sparse:<model>:<version>       HASH    the embeddings a version's artifact carries (every key
                                            of a full version, the changed keys of a delta):
                                            field = feature sign as 8 bytes little-endian,
@@ -66,6 +78,24 @@ class RedisKeys:
     def done(self, kind: str, pass_id: str) -> str:
         return f"{self.prefix}:done:{kind}:{pass_id}"
 
+    @property
+    def cluster_generation(self) -> str:
+        return f"{self.prefix}:cluster:generation"
+
+    def cluster_ready(self, generation: int) -> str:
+        return f"{self.prefix}:cluster:ready:{generation}"
+
+    def cluster_node(self, node: str) -> str:
+        return f"{self.prefix}:cluster:node:{node}"
+
+    @property
+    def cluster_history(self) -> str:
+        return f"{self.prefix}:cluster:history"
+
+    @property
+    def cluster_storage(self) -> str:
+        return f"{self.prefix}:cluster:storage"
+
     def registry_versions(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:versions"
 
@@ -74,6 +104,9 @@ class RedisKeys:
 
     def registry_history(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:history"
+
+    def registry_replica(self, model: str, replica: str) -> str:
+        return f"{self.prefix}:registry:{model}:replica:{replica}"
 
     def sparse_layer(self, model: str, version: str) -> str:
         return f"{self.prefix}:sparse:{model}:{version}"

@@ -31,8 +31,11 @@ CommandKind = Literal["train", "maintain", "export", "score", "stop"]
 RESTARTABLE: tuple[CommandKind, ...] = ("train", "maintain")  # undone past a restored save
 UNMARKED: tuple[CommandKind, ...] = ("score", "stop")  # run every time: no done marker
 WORKER = "worker"
-# Redis time (ms) when the launcher started this cluster, in the workers' environment
+# in every member's environment: Redis time (ms) when this run of the cluster started, the
+# cluster generation it belongs to, and the node (host) it runs on
 STARTED_ENV = "STREAMREC_CLUSTER_STARTED_MS"
+GENERATION_ENV = "STREAMREC_CLUSTER_GENERATION"
+NODE_ENV = "STREAMREC_CLUSTER_NODE"
 
 
 def redis_time_ms(r: redis.Redis) -> int:
@@ -109,7 +112,7 @@ class ClusterClient:
                     f"command {command_id} ({state.get('kind')} {state.get('pass_id')}) "
                     f"failed on the cluster: {state.get('error')}"
                 )
-            if self.live_workers():
+            if self.live_workers() or self._restarting():
                 no_worker_since = None
             else:
                 no_worker_since = no_worker_since or time.monotonic()
@@ -121,6 +124,11 @@ class ClusterClient:
                     )
             time.sleep(0.2)
         raise CommandTimeout(f"command {command_id} did not finish within the timeout")
+
+    def _restarting(self) -> bool:
+        """The node agents are forming a new generation of the cluster: its workers are
+        down on purpose, and the command in flight runs once they are back."""
+        return self._r.hget(self._keys.cluster_generation, "state") == "forming"
 
     def run(
         self, kind: CommandKind, pass_id: str = "", timeout_s: float | None = None
@@ -202,11 +210,20 @@ class WorkerChannel:
         self._publish()
 
     def set_stage(self, stage: str) -> None:
-        """The stage within the current command: ``train 202601010000: evaluate``."""
+        """The stage within the current command: ``train 202601010000: evaluate``; sent at
+        once (a stage of a small pass can be shorter than a heartbeat period)."""
         self._state = f"{self._command_state}: {stage}"
+        self._publish()
 
     def _publish(self) -> None:
-        payload = {"rank": self.rank, "pid": os.getpid(), "state": self._state, "ts": time.time()}
+        payload = {
+            "rank": self.rank,
+            "pid": os.getpid(),
+            "node": os.environ.get(NODE_ENV, ""),
+            "generation": int(os.environ.get(GENERATION_ENV, "0")),
+            "state": self._state,
+            "ts": time.time(),
+        }
         ttl = max(1, int(3 * self._heartbeat_s + 1))
         try:
             self._r.set(self._keys.heartbeat(WORKER, self.rank), json.dumps(payload), ex=ttl)

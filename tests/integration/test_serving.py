@@ -45,9 +45,10 @@ from serving_export.artifact import verify_artifact
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
 from streamrec.config import PipelineConfig, dump_config
+from streamrec.local_services import free_port
 from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_keys import RedisKeys
-from trainers.launcher import LocalCluster, free_port
+from trainers.launcher import LocalCluster
 
 pytestmark = pytest.mark.slow
 
