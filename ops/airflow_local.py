@@ -49,10 +49,13 @@ class LocalAirflow:
     password: str = field(default_factory=lambda: secrets.token_urlsafe(9))
     log_port: int = field(default_factory=free_port)  # the scheduler's task-log server
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    host: str = "127.0.0.1"  # the api-server's listen address, which tasks reach
+    # what runs each ``airflow`` command (e.g. ``ip netns exec <host>``); nothing: directly
+    command_prefix: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def env(self) -> dict[str, str]:
         """The environment every Airflow process (and so every task) runs with."""
@@ -70,7 +73,7 @@ class LocalAirflow:
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__API__PORT": str(self.port),
-            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__HOST": self.host,
             "AIRFLOW__API__BASE_URL": self.url,
             "AIRFLOW__API_AUTH__JWT_SECRET": secret_file.read_text(),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
@@ -106,7 +109,7 @@ class LocalAirflow:
         self.home.mkdir(parents=True, exist_ok=True)
         (self.home / "passwords.json").write_text(json.dumps({USER: self.password}))
         out = subprocess.run(
-            [airflow_path(), "db", "migrate"],
+            [*self.command_prefix, airflow_path(), "db", "migrate"],
             env=self.env(),
             capture_output=True,
             text=True,
@@ -121,7 +124,7 @@ class LocalAirflow:
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{component}.out", "ab") as out:
             self.procs[component] = subprocess.Popen(
-                [airflow_path(), component],
+                [*self.command_prefix, airflow_path(), component],
                 env=self.env(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
