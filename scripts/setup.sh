@@ -10,6 +10,7 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)   # only to validate docker-compose.yml
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)               # TLS in front of the test broker
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)                    # the multi-host tests' namespaces
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt"
   as_root apt-get update -q

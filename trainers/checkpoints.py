@@ -134,8 +134,11 @@ def apply_retention(root: Path, keep_bases: int) -> list[str]:
     return gone
 
 
-def saved_column(directory: Path, column: int, dtype: pa.DataType) -> np.ndarray:
-    """One column of every key's line in every sparse table file of a save.
+def saved_column(
+    directory: Path, column: int, dtype: pa.DataType, server: int | None = None
+) -> np.ndarray:
+    """One column of every key's line in every sparse table file of a save (with
+    ``server``, only in the files that server wrote).
 
     The servers write one ``part-<server>-<shard>`` file per shard (gzip for full saves), a
     line per key: the key, then its values, space-separated (``strategy.saved_value_layout``
@@ -143,6 +146,8 @@ def saved_column(directory: Path, column: int, dtype: pa.DataType) -> np.ndarray
     name = f"f{column}"
     values = [pa.array([], type=dtype).to_numpy()]
     for part in sorted(Path(directory).glob("*/part-*-*")):  # part-<server>-<shard>: sparse
+        if server is not None and int(part.name.split("-")[1]) != server:
+            continue
         if part.stat().st_size == 0:
             continue
         try:
@@ -162,6 +167,7 @@ def saved_column(directory: Path, column: int, dtype: pa.DataType) -> np.ndarray
     return np.concatenate(values)
 
 
-def saved_keys(directory: Path) -> np.ndarray:
-    """The keys of every sparse table file in a save (sorted, unique, uint64)."""
-    return np.unique(saved_column(directory, 0, pa.uint64()))
+def saved_keys(directory: Path, server: int | None = None) -> np.ndarray:
+    """The keys of every sparse table file in a save (sorted, unique, uint64); with
+    ``server``, of that server's files only."""
+    return np.unique(saved_column(directory, 0, pa.uint64(), server))

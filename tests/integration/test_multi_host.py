@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 import redis
-from hosts import Host, Network, can_make_hosts
+from hosts import Host, Network, can_make_hosts, start_services
 
 from ops.airflow_local import LocalAirflow
 from serving_export.artifact import verify_artifact, version_dir
@@ -60,7 +60,6 @@ from streamrec.config import (
     load_config,
     with_services,
 )
-from streamrec.local_services import broker_binary
 from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -228,17 +227,7 @@ class Stack:
         return self.net.hosts[name]
 
     def start_services(self) -> None:
-        svc = self.host("svc")
-        tansu = f"tcp://{svc.address}:9092"
-        broker = [broker_binary(), "broker", "--listener-url", tansu]
-        broker += ["--advertised-listener-url", tansu, "--storage-engine", "memory://tansu/"]
-        redis_server = ["redis-server", "--port", "6379", "--bind", svc.address]
-        redis_server += ["--save", "", "--appendonly", "no", "--dir", str(self.root)]
-        redis_server += ["--protected-mode", "no"]  # no password on this test network
-        for name, argv in (("broker", broker), ("redis", redis_server)):
-            self.services[name] = Service(svc, name, argv, self.logs)
-            self.services[name].start()
-        _until(lambda: self._pings(), 30, "redis-server on the services host")
+        start_services(self.host("svc"), self.logs)
         config = str(self.config)
         for node in ("h1", "h2", "h3"):
             self._add(node, f"cluster-{node}", ["cluster", "--config", config])
@@ -251,12 +240,6 @@ class Stack:
     def _add(self, host: str, name: str, argv: list[str]) -> None:
         self.services[name] = Service(self.host(host), name, [CLI, *argv], self.logs)
         self.services[name].start()
-
-    def _pings(self) -> bool:
-        try:
-            return bool(self.r.ping())
-        except redis.RedisError:
-            return False
 
     def airflow(self) -> LocalAirflow:
         svc = self.host("svc")
@@ -448,8 +431,7 @@ def test_a_pipeline_over_hosts_survives_a_process_a_host_and_a_link(
             replica.stop.set()
         exits = {}
         for name, service in stack.services.items():
-            if name not in ("broker", "redis"):
-                exits[name] = service.terminate()
+            exits[name] = service.terminate()
         if "airflow" in locals():
             airflow.stop_all()
         left = _until_empty({n: h for n, h in network.hosts.items() if n != "svc"})
