@@ -3,7 +3,8 @@
 One pass through this stage: a caller's ``ClusterClient.train(pass_id)`` appends a command;
 every worker (``cluster_main``) reads it, evaluates the pass before training on it
 (progressive validation), trains on it, all-reduces the metric sums (``metrics``) and
-reports; ``checkpoint`` and ``export`` save through fleet. ``launcher`` runs it locally.
+reports; ``checkpoint`` and ``export`` save through fleet. ``launcher`` runs it: one node
+agent per host (``node_agent``), restarted together one ``generation`` at a time.
 Paddle is imported inside functions only, so DAGs and CLIs import this package cheaply.
 """
 
@@ -16,6 +17,8 @@ _EXPORTS = {
     "CommandTimeout": "trainers.errors",
     "DeviceUnsupported": "trainers.errors",
     "LocalCluster": "trainers.launcher",
+    "NodeAgent": "trainers.node_agent",
+    "Topology": "trainers.topology",
     "MODELS": "trainers.models",
     "PassMetrics": "trainers.metrics",
     "TrainerError": "trainers.errors",
