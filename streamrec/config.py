@@ -194,6 +194,11 @@ class PathConfig(_Strict):
     work_root: Path = Field(description="Scratch: raw exports, cluster logs, resolved configs.")
 
 
+_DNS_NAME = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*"
+)
+
+
 class NodeConfig(_Strict):
     """One host of a cluster spread over several: what ``streamrec cluster`` runs there."""
 
@@ -202,8 +207,9 @@ class NodeConfig(_Strict):
         description="The node's name, as 'streamrec cluster --node NAME' takes it.",
     )
     address: str = Field(
-        description="The IPv4 address the other hosts reach this one at; its servers and "
-        "workers listen there, and Paddle tells its own node by it (POD_IP)."
+        description="How the other hosts reach this one: an IPv4 address or a DNS name (a "
+        "StatefulSet pod's stable name, a compose service); names are resolved when each "
+        "generation starts, and its servers and workers listen at the address."
     )
     servers: list[int] = Field(
         default_factory=list, description="Ports of the parameter servers this host runs."
@@ -214,13 +220,16 @@ class NodeConfig(_Strict):
 
     @field_validator("address")
     @classmethod
-    def _ipv4(cls, v: str) -> str:
+    def _address(cls, v: str) -> str:
         import ipaddress
 
         try:
             ipaddress.IPv4Address(v)
+            return v
         except ValueError:
-            raise ValueError("must be an IPv4 address (Paddle compares nodes by it)") from None
+            pass
+        if not _DNS_NAME.fullmatch(v):
+            raise ValueError("must be an IPv4 address or a DNS name (lower case)")
         return v
 
     @field_validator("servers", "workers")

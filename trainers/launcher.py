@@ -104,6 +104,25 @@ class LocalCluster:
         self.stop()
 
 
+def check_node(cfg: PipelineConfig, node: str) -> int:
+    """0 when ``node``'s agent heartbeats with its members running, else 1 (a readiness or
+    health probe); the state it reports is printed."""
+    import redis
+
+    from streamrec.redis_conn import connect
+    from streamrec.redis_keys import RedisKeys
+    from trainers.generation import GenerationStore
+
+    try:
+        store = GenerationStore(connect(cfg.redis, timeout_s=5), RedisKeys(cfg.name), [node])
+        beat = store.beats().get(node)
+    except redis.RedisError as e:
+        print(f"node {node}: Redis does not answer ({e})")
+        return 1
+    print(f"node {node}: {beat.state if beat else 'no heartbeat'}")
+    return 0 if beat is not None and beat.state == "running" else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="streamrec cluster",
@@ -117,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         "--node",
         help="which of cluster.nodes this host is (default: the node at one of its addresses)",
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="a probe: exit 0 if this node's agent heartbeats with its members running",
+    )
     args = parser.parse_args(argv)
     setup_logging()
     from trainers.node_agent import NodeAgent
@@ -125,11 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         if cfg.uses_embedded_services:
             parser.error("the config says 'embedded': give real Kafka/Redis addresses")
-        check_device(cfg.cluster.use_gpu)
         topology = Topology.from_config(cfg.cluster)
         node = (
             topology.node(args.node).name if args.node else detect_node(topology, local_addresses())
         )
+        if args.check:
+            return check_node(cfg, node)
+        check_device(cfg.cluster.use_gpu)
         require_credentials(cfg.redis)  # before fleetrun: its workers would fail one by one
         work = Path(cfg.paths.work_root)
         resolved = dump_config(cfg, work / f"cluster.{node}.resolved.yaml")

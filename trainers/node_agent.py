@@ -32,6 +32,7 @@ from pathlib import Path
 import redis
 
 from streamrec.config import PipelineConfig
+from streamrec.errors import ServiceError
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
@@ -215,10 +216,15 @@ class NodeAgent:
     def _start_members(self, generation: Generation) -> None:
         if self.topology.single_host:  # loopback ports are picked free at each start
             self.topology = Topology.from_config(self.cfg.cluster)
+        try:  # names are resolved for each generation: a pod that came back may have moved
+            topology = self.topology.resolved()
+        except ServiceError as e:
+            log.warning("cannot start generation %d yet: %s", generation.number, e)
+            return
         self._peers = {
             n: i for n, i in self.store.ready(generation.number).items() if n != self.name
         }
-        self.processes = NodeProcesses(self.config_path, self.topology, self.name, self.log_dir)
+        self.processes = NodeProcesses(self.config_path, topology, self.name, self.log_dir)
         self.processes.start(started_ms=generation.started_ms, generation=generation.number)
         self._pgid_file.write_text(str(self.processes.pid))
         self.generation = generation.number

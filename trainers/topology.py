@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from streamrec.config import ClusterConfig, NodeConfig
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, ServiceError
 from streamrec.local_services import free_port
 
 Role = Literal["PSERVER", "TRAINER"]
@@ -46,6 +46,25 @@ class Topology:
             workers=[free_port() for _ in range(workers)],
         )
         return cls((node,), free_port())
+
+    def resolved(self) -> Topology:
+        """The same nodes at the IPv4 addresses their names resolve to now (fleetrun tells
+        nodes apart by address; a pod that came back may have a new one). ServiceError if a
+        name does not resolve yet, ConfigError if two nodes resolve to one address."""
+        nodes = []
+        for node in self.nodes:
+            try:
+                address = socket.gethostbyname(node.address)
+            except OSError as e:
+                raise ServiceError(f"node {node.name}: {node.address} does not resolve: {e}") from e
+            nodes.append(node.model_copy(update={"address": address}))
+        addresses = [n.address for n in nodes]
+        if len(set(addresses)) != len(addresses):
+            raise ConfigError(
+                f"cluster.nodes resolve to {addresses}: two nodes at one address cannot be "
+                "told apart (Paddle compares nodes by address)"
+            )
+        return Topology(tuple(nodes), self.rendezvous_port)
 
     @property
     def single_host(self) -> bool:
@@ -102,7 +121,7 @@ def detect_node(topology: Topology, addresses: set[str]) -> str:
     are (the operator gives ``--node``)."""
     if topology.single_host and topology.nodes[0].name == LOCAL_NODE:
         return LOCAL_NODE
-    mine = [n.name for n in topology.nodes if n.address in addresses]
+    mine = [n.name for n in topology.nodes if _resolve(n.address) in addresses]
     if len(mine) == 1:
         return mine[0]
     found = "none" if not mine else ", ".join(mine)
@@ -110,6 +129,13 @@ def detect_node(topology: Topology, addresses: set[str]) -> str:
         f"cannot tell which of cluster.nodes this host is (nodes at this host's addresses "
         f"{sorted(addresses)}: {found}): start it with 'streamrec cluster --node NAME'"
     )
+
+
+def _resolve(address: str) -> str | None:
+    try:
+        return socket.gethostbyname(address)
+    except OSError:
+        return None
 
 
 def check_host_name(node: NodeConfig, topology: Topology) -> None:
@@ -122,7 +148,7 @@ def check_host_name(node: NodeConfig, topology: Topology) -> None:
         resolved = {info[4][0] for info in socket.getaddrinfo(name, None, socket.AF_INET)}
     except OSError:
         resolved = set()
-    if node.address not in resolved:
+    if _resolve(node.address) not in resolved:
         raise ConfigError(
             f"cluster.nodes[{node.name}].address is {node.address}, but this host's name "
             f"{name!r} resolves to {sorted(resolved) or 'nothing'}: Paddle's collectives "

@@ -7,19 +7,21 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from streamrec.config import dump_config
+from streamrec.config import ClusterConfig, dump_config, load_config
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.control_plane import WORKER
+from trainers.generation import GenerationStore, NodeBeat
 
 REQUIRED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?")
 CONFIG_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -91,7 +93,9 @@ def _environments(node: Any) -> list[dict[str, Any]]:
     return found + [env for value in node.values() for env in _environments(value)]
 
 
-def test_compose_file_is_valid_and_complete(repo: Path, tmp_path: Path) -> None:
+def test_compose_file_is_valid_and_complete(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     secrets = _test_secrets(repo)
     services = _rendered_services(repo, tmp_path, secrets)
     assert {
@@ -140,12 +144,16 @@ def test_compose_file_is_valid_and_complete(repo: Path, tmp_path: Path) -> None:
         assert services[name]["environment"]["REDIS_PASSWORD"] == secrets["REDIS_PASSWORD"]
 
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
-    roles = {
-        name: s["environment"].get("TRAINING_ROLE")
-        for name, s in services.items()
-        if name.startswith(("pserver", "trainer"))
-    }
-    assert roles == {"pserver-0": "PSERVER", "trainer-0": "TRAINER", "trainer-1": "TRAINER"}
+    # every node of the config's cluster runs as the service of its name, as that host
+    monkeypatch.setenv("REDIS_PASSWORD", secrets["REDIS_PASSWORD"])  # the config checks it
+    cfg = load_config(repo / "configs" / "pipeline.docker.yaml")
+    assert (cfg.cluster.servers, cfg.cluster.workers) == (1, 2)
+    for node in cfg.cluster.nodes:
+        s = services[node.name]
+        assert s["command"][:2] == ["streamrec", "cluster"]
+        assert s["command"][s["command"].index("--node") + 1] == node.name
+        assert s["hostname"] == node.name == node.address  # gloo: the name is the address
+        assert s["restart"] == "unless-stopped"  # a restarted one rejoins a new generation
 
 
 def test_streamrec_commands_exist(repo: Path, tmp_path: Path) -> None:
@@ -154,12 +162,9 @@ def test_streamrec_commands_exist(repo: Path, tmp_path: Path) -> None:
     scripts = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["scripts"]
     for name in ("pass-builder", "pserver-0", "trainer-0", "serving"):
         command = services[name]["command"]
-        if command[0] == "python":
-            argv = [sys.executable, *command[1:3]]  # python -m <module>
-        else:
-            assert command[0] in scripts, f"{name}: {command[0]} is not in pyproject's scripts"
-            module = scripts[command[0]].split(":")[0]
-            argv = [sys.executable, "-m", module, *command[1:2]]  # the subcommand
+        assert command[0] in scripts, f"{name}: {command[0]} is not in pyproject's scripts"
+        module = scripts[command[0]].split(":")[0]
+        argv = [sys.executable, "-m", module, *command[1:2]]  # the subcommand
         out = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=repo)
         assert out.returncode == 0, f"{name}: {command} -> {out.stderr}"
 
@@ -202,22 +207,29 @@ def test_no_secret_is_written_in_the_yaml(repo: Path) -> None:
     assert "@" not in url and config["redis"]["password_env"] == "REDIS_PASSWORD", url
 
 
-def test_trainer_healthcheck_reads_the_workers_heartbeat(repo: Path, make_config) -> None:
-    """The trainers' healthcheck command, run as compose runs it in the container, against
-    a real Redis: unhealthy until the worker's heartbeat is there, healthy with it."""
+def test_node_healthcheck_reads_the_node_agents_heartbeat(repo: Path, make_config) -> None:
+    """The cluster nodes' healthcheck, run as compose runs it (a shell, the host name for
+    the node), against a real Redis: unhealthy until the node's agent heartbeats with its
+    members running, healthy then."""
     raw = yaml.safe_load((repo / "docker-compose.yml").read_text())
-    kind, python, flag, code = raw["x-trainer-healthcheck"]["test"]
-    assert (kind, python, flag) == ("CMD", "python", "-c")
-    cfg = make_config()
+    kind, command = raw["x-cluster-node"]["healthcheck"]["test"]
+    assert kind == "CMD-SHELL" and "--check" in command
+    node = {"name": socket.gethostname().lower(), "address": "10.0.0.1", "servers": [1]}
+    cluster = ClusterConfig.model_validate({"nodes": [{**node, "workers": [2]}]})
+    cfg = make_config().model_copy(update={"cluster": cluster})
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
-    env = {**os.environ, "STREAMREC_CONFIG": str(config), "PADDLE_TRAINER_ID": "1"}
+    shell = command.replace("$$", "$").replace("/app/configs/pipeline.docker.yaml", str(config))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    store = GenerationStore(connect(cfg.redis), RedisKeys(cfg.name), [node["name"]])
 
     def check() -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-c", code]
-        return subprocess.run(command, env=env, capture_output=True, text=True, cwd=repo)
+        return subprocess.run(["sh", "-c", shell], env=env, capture_output=True, text=True)
 
     before = check()
-    assert before.returncode == 1 and before.stderr == "", before.stderr  # no heartbeat yet
-    connect(cfg.redis).set(RedisKeys(cfg.name).heartbeat(WORKER, 1), "{}")
+    assert before.returncode == 1 and "no heartbeat" in before.stdout, before.stderr
+    beat = NodeBeat(node["name"], "10.0.0.1", "i-1", 1, "waiting for ['b']")
+    store.beat(beat, ttl_s=30)
+    assert check().returncode == 1  # alive, but its members do not run
+    store.beat(replace(beat, state="running"), ttl_s=30)
     after = check()
-    assert after.returncode == 0, after.stderr
+    assert after.returncode == 0 and "running" in after.stdout, after.stderr

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from streamrec.config import ClusterConfig
-from streamrec.errors import ConfigError
+from streamrec.errors import ConfigError, ServiceError
 from trainers.topology import LOCAL_NODE, Topology, check_host_name, detect_node
 
 NODES = [
@@ -43,7 +43,7 @@ def test_nodes_decide_the_counts_and_the_endpoints() -> None:
         ({"nodes": [NODES[0]]}, "at least one server and one worker"),
         ({"nodes": [{**NODES[1], "workers": [36000]}]}, "a port is listed twice"),
         ({"nodes": NODES, "rendezvous_port": 36000}, "rendezvous_port 36000 is also a member"),
-        ({"nodes": [{**NODES[1], "address": "ps-0.internal"}]}, "must be an IPv4 address"),
+        ({"nodes": [{**NODES[1], "address": "PS_0.internal"}]}, "IPv4 address or a DNS name"),
         ({"nodes": [{**NODES[1], "name": "Bad_Name"}]}, "should match pattern"),
     ],
 )
@@ -59,6 +59,20 @@ def test_without_nodes_one_loopback_node_on_fresh_ports() -> None:
     assert first.server_endpoints.count("127.0.0.1:") == 2
     assert first.fleetrun_args() != second.fleetrun_args()  # picked again at each start
     assert detect_node(first, set()) == LOCAL_NODE
+
+
+def test_names_resolve_to_addresses_for_each_generation() -> None:
+    named = [{**NODES[0], "address": "localhost"}, {**NODES[2], "address": "10.0.0.13"}]
+    topology = Topology.from_config(ClusterConfig.model_validate({"nodes": named}))
+    assert topology.node("ps-0").address == "localhost"
+    assert [n.address for n in topology.resolved().nodes] == ["127.0.0.1", "10.0.0.13"]
+    assert detect_node(topology, {"127.0.0.1"}) == "ps-0"
+    twice = [{**NODES[0], "address": "localhost"}, {**NODES[2], "address": "127.0.0.1"}]
+    with pytest.raises(ConfigError, match="two nodes at one address"):
+        Topology.from_config(ClusterConfig.model_validate({"nodes": twice})).resolved()
+    missing = [{**NODES[0], "address": "no-such-host.invalid"}, NODES[2]]
+    with pytest.raises(ServiceError, match=r"no-such-host\.invalid does not resolve"):
+        Topology.from_config(ClusterConfig.model_validate({"nodes": missing})).resolved()
 
 
 def test_a_host_finds_its_node_by_its_addresses() -> None:

@@ -1,0 +1,111 @@
+"""deploy/k8s, checked offline: every object against the Kubernetes API's own schemas
+(``kubernetes-validate``, which ships them; strict, so a misspelt field fails), and the
+config, the StatefulSets' pods, their names, ports and the shared volume agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from streamrec.config import PipelineConfig, load_config
+
+K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
+VERSION = "1.34.0"
+
+
+def _objects() -> list[dict[str, Any]]:
+    return [
+        doc
+        for path in sorted(K8S.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+
+
+def _by_kind(kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in _objects() if o["kind"] == kind}
+
+
+def _pipeline(repo: Path, tmp_path: Path) -> PipelineConfig:
+    """The ConfigMap's pipeline.yaml, loaded by the real loader (the image's /app is this
+    checkout; the Secret's file is a stand-in)."""
+    text = _by_kind("ConfigMap")["streamrec-config"]["data"]["pipeline.yaml"]
+    secret = tmp_path / "redis-password"
+    secret.write_text("stand-in")
+    text = text.replace("/app/configs", str(repo / "configs"))
+    text = text.replace("/run/secrets/streamrec/redis-password", str(secret))
+    (tmp_path / "pipeline.yaml").write_text(text)
+    return load_config(tmp_path / "pipeline.yaml")
+
+
+@pytest.mark.parametrize("obj", _objects(), ids=lambda o: f"{o['kind']}/{o['metadata']['name']}")
+def test_every_object_is_valid_kubernetes(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, VERSION, strict=True)
+
+
+def test_a_misspelt_field_is_caught() -> None:
+    """The validator is strict: the check above can fail."""
+    deployment = _by_kind("Deployment")["streamrec-serving"]
+    broken = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, VERSION, strict=True)
+
+
+def test_every_node_is_a_statefulset_pod_at_its_stable_name(repo: Path, tmp_path: Path) -> None:
+    cfg = _pipeline(repo, tmp_path)
+    sets, services = _by_kind("StatefulSet"), _by_kind("Service")
+    pods: dict[str, tuple[str, set[int]]] = {}
+    for name, stateful in sets.items():
+        spec = stateful["spec"]
+        assert spec["podManagementPolicy"] == "Parallel", name  # a generation needs them all
+        headless = services[spec["serviceName"]]["spec"]
+        assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"]
+        container = spec["template"]["spec"]["containers"][0]
+        assert "streamrec cluster" in container["command"][-1]
+        assert "--check" in container["readinessProbe"]["exec"]["command"][-1]
+        assert "--check" in container["startupProbe"]["exec"]["command"][-1]
+        assert container["resources"]["requests"] and container["resources"]["limits"]
+        ports = {p["containerPort"] for p in container["ports"]}
+        for i in range(spec["replicas"]):
+            pods[f"{name}-{i}"] = (f"{name}-{i}.{spec['serviceName']}", ports)
+    assert {n.name for n in cfg.cluster.nodes} == set(pods)
+    for node in cfg.cluster.nodes:
+        address, ports = pods[node.name]
+        assert node.address == address
+        assert set(node.servers + node.workers) <= ports
+    first = next(n for n in cfg.cluster.nodes if n.servers)
+    assert cfg.cluster.rendezvous_port in pods[first.name][1]
+    assert (cfg.cluster.servers, cfg.cluster.workers) == (2, 2)
+
+
+def test_every_pod_shares_the_data_volume_and_reads_secrets_from_the_secret(
+    repo: Path, tmp_path: Path
+) -> None:
+    cfg = _pipeline(repo, tmp_path)
+    claim = _by_kind("PersistentVolumeClaim")["streamrec-data"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    for path in (cfg.paths.data_root, cfg.paths.checkpoint_root, cfg.paths.work_root):
+        assert str(path).startswith("/data/")
+    workloads = {**_by_kind("StatefulSet"), **_by_kind("Deployment")}
+    assert workloads["streamrec-pass-builder"]["spec"]["replicas"] >= 2
+    assert workloads["streamrec-serving"]["spec"]["replicas"] >= 2
+    for name, workload in workloads.items():
+        pod = workload["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["data"]["persistentVolumeClaim"]["claimName"] == "streamrec-data", name
+        assert volumes["secrets"]["secret"]["secretName"] == "streamrec-secrets", name
+        for container in pod["containers"]:
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert mounts["/data"] == "data" and mounts["/run/secrets/streamrec"] == "secrets"
+            assert all(
+                "value" not in e or "PASSWORD" not in e["name"] for e in container.get("env", [])
+            )
+    assert cfg.redis.password_file is not None and cfg.redis.password_env is None
+    assert not _by_kind("Secret"), "a Secret's values do not belong in the repository"
+    serving = workloads["streamrec-serving"]["spec"]["template"]["spec"]["containers"][0]
+    assert serving["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert serving["livenessProbe"]["httpGet"]["path"] == "/healthz"
