@@ -178,7 +178,7 @@ def serving_summary(cfg: PipelineConfig, now: float | None = None) -> dict[str, 
     running ``streamrec serve`` replica serves, on which host."""
     registry = registry_for(cfg)
     version = registry.serving_version()
-    replicas = registry.replicas()
+    replicas = [asdict(note) for note in registry.replicas()]
     now = time.time() if now is None else now
     if version is None:
         return {"version": None, "age_seconds": None, "replicas": replicas}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +20,17 @@ import redis
 
 from serving_export.errors import NothingServing, RegistryConflict
 from streamrec.redis_keys import RedisKeys
+
+
+@dataclass(frozen=True)
+class ReplicaNote:
+    """What one running ``streamrec serve`` tells the registry of itself."""
+
+    replica: str  # <host name>:<port>
+    host: str
+    version: str | None  # None until a version is loaded
+    loaded_at: float | None  # epoch seconds of the last swap
+    noted_at: float  # epoch seconds of this note
 
 
 class ModelRegistry:
@@ -57,16 +69,16 @@ class ModelRegistry:
             raise NothingServing(f"version {version} of {self._model} is not registered")
         return json.loads(raw)
 
-    def note_replica(self, record: dict[str, Any], ttl_s: float) -> None:
+    def note_replica(self, note: ReplicaNote, ttl_s: float) -> None:
         """A running service says which version it serves; the note expires after
         ``ttl_s`` unless renewed."""
-        key = self._keys.registry_replica(self._model, record["replica"])
-        self._r.set(key, json.dumps({**record, "ts": time.time()}), px=int(ttl_s * 1000))
+        key = self._keys.registry_replica(self._model, note.replica)
+        self._r.set(key, json.dumps(asdict(note)), px=int(ttl_s * 1000))
 
-    def replicas(self) -> list[dict[str, Any]]:
+    def replicas(self) -> list[ReplicaNote]:
         """What every running service noted, by replica name."""
         keys = sorted(self._r.scan_iter(self._keys.registry_replica(self._model, "*")))
-        return [json.loads(v) for v in self._r.mget(keys) if v] if keys else []
+        return [ReplicaNote(**json.loads(v)) for v in self._r.mget(keys) if v] if keys else []
 
     def serving_version(self) -> str | None:
         return self._r.get(self._keys.registry_serving(self._model))

@@ -52,7 +52,7 @@ from starlette.concurrency import run_in_threadpool
 
 from serving_export.artifact import version_dir
 from serving_export.predictor import Predictor
-from serving_export.registry import ModelRegistry
+from serving_export.registry import ModelRegistry, ReplicaNote
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import feature_row
@@ -139,6 +139,7 @@ class VersionFollower:
     ) -> None:
         self._registry = registry
         self._replica = replica
+        self._noted: ReplicaNote | None = None
         self._store = store
         self._state = state
         self._metrics = metrics
@@ -196,15 +197,19 @@ class VersionFollower:
         )
 
     def note(self) -> None:
-        """Tell the registry what this replica serves (``streamrec status`` lists it)."""
+        """Tell the registry what this replica serves (``streamrec status`` lists it): at
+        once when the version changed, else often enough to keep the note alive."""
         current, swaps = self._state.current, self._state.swaps
-        record = {
-            "replica": self._replica,
-            "host": socket.gethostname(),
-            "version": current.version if current else None,
-            "loaded_at": swaps[-1][2] if swaps else None,
-        }
-        self._registry.note_replica(record, ttl_s=max(10.0, 5 * self._cfg.poll_seconds))
+        version = current.version if current else None
+        now = time.time()
+        ttl_s = max(10.0, 5 * self._cfg.poll_seconds)
+        noted = self._noted
+        if noted is not None and noted.version == version and now - noted.noted_at < ttl_s / 3:
+            return
+        loaded_at = swaps[-1][2] if swaps else None
+        note = ReplicaNote(self._replica, socket.gethostname(), version, loaded_at, now)
+        self._registry.note_replica(note, ttl_s)
+        self._noted = note
 
     def _run(self) -> None:
         while not self._stop.is_set():

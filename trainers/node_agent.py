@@ -44,6 +44,7 @@ from trainers.topology import Topology, check_host_name
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
+Roster = list[dict[str, str | int]]  # this node's live members: role and pid
 
 
 class NodeAgent:
@@ -112,7 +113,8 @@ class NodeAgent:
         """One look at the generation and the members, and what follows from it."""
         try:
             generation = self.store.read() or self.store.bump(None, "first start", self.name)
-            self.store.beat(self._beat(), self.timeout_s)
+            roster = self.processes.roster() if self.processes else []
+            self.store.beat(self._beat(roster), self.timeout_s)
             beats = self.store.beats()
             if not self.topology.single_host:
                 keep_marker(self._r, self.keys, self._marker_ttl)
@@ -121,7 +123,7 @@ class NodeAgent:
             return
         self._last_contact = time.monotonic()
         if self.processes is not None:
-            self._watch(generation, beats)
+            self._watch(generation, beats, roster)
         else:
             self._join(generation, beats)
 
@@ -139,8 +141,8 @@ class NodeAgent:
             self._stop_members()
             self.state = "isolated"
 
-    def _watch(self, generation: Generation, beats: dict[str, NodeBeat]) -> None:
-        cause = self._trouble(generation, beats)
+    def _watch(self, generation: Generation, beats: dict[str, NodeBeat], roster: Roster) -> None:
+        cause = self._trouble(generation, beats, roster)
         if cause is None:
             return
         if generation.number == self.generation:
@@ -150,26 +152,28 @@ class NodeAgent:
             log.warning("generation %d began (%s)", generation.number, generation.cause)
         self._stop_members()
 
-    def _trouble(self, generation: Generation, beats: dict[str, NodeBeat]) -> str | None:
-        """Why the members of this generation cannot go on, or None."""
+    def _trouble(
+        self, generation: Generation, beats: dict[str, NodeBeat], roster: Roster
+    ) -> str | None:
+        """Why the members of this generation cannot go on (``roster``: this node's live
+        members), or None."""
         assert self.processes is not None
         if generation.number != self.generation:
             return f"generation {generation.number} began"
         processes = self.processes
         if not processes.running:
             return f"process death on {self.name}: fleetrun exited ({processes.exit_code})"
-        alive = processes.members()
         running_for = time.monotonic() - self._started_at
         start_timeout = self.cfg.cluster.start_timeout_seconds
         if not self._complete:
-            self._complete = len(alive) == processes.expected
+            self._complete = len(roster) == processes.expected
             if not self._complete and running_for > start_timeout:
-                return f"start timed out on {self.name}: {len(alive)} of {processes.expected} up"
-        elif len(alive) < processes.expected:
-            lost = self._lost_roles()
+                return f"start timed out on {self.name}: {len(roster)} of {processes.expected} up"
+        elif len(roster) < processes.expected:
+            lost = self._lost_roles(roster)
             return f"process death on {self.name}: {lost} gone"
         if self._complete and not self._reported and self.node.workers:
-            pids = {p.pid for p in alive}
+            pids = {m["pid"] for m in roster}
             reported = sum(w.get("pid") in pids for w in self.client.live_workers())
             self._reported = reported >= len(self.node.workers)
             if not self._reported and running_for > start_timeout:
@@ -182,10 +186,10 @@ class NodeAgent:
                 return f"node {node} restarted"
         return None
 
-    def _lost_roles(self) -> str:
-        assert self.processes is not None
-        servers = len(self.node.servers) - len(self.processes.members("PSERVER"))
-        workers = len(self.node.workers) - len(self.processes.members("TRAINER"))
+    def _lost_roles(self, roster: Roster) -> str:
+        roles = [m["role"] for m in roster]
+        servers = len(self.node.servers) - roles.count("PSERVER")
+        workers = len(self.node.workers) - roles.count("TRAINER")
         parts = [
             f"{servers} server(s)" if servers else "",
             f"{workers} worker(s)" if workers else "",
@@ -240,20 +244,14 @@ class NodeAgent:
         self._pgid_file.unlink(missing_ok=True)
         self.state = "waiting"
 
-    def _beat(self) -> NodeBeat:
-        members = []
-        for process in self.processes.members() if self.processes else []:
-            try:
-                members.append({"role": process.environ().get("TRAINING_ROLE"), "pid": process.pid})
-            except Exception:  # psutil: gone between the listing and the read
-                continue
+    def _beat(self, roster: Roster) -> NodeBeat:
         return NodeBeat(
             node=self.name,
             address=self.node.address,
             incarnation=self.incarnation,
             generation=self.generation,
             state=self.state,
-            members=members,
+            members=roster,
             host=socket.gethostname(),
             ts_ms=int(time.time() * 1000),
         )

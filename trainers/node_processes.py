@@ -109,6 +109,13 @@ class NodeProcesses:
     def members(self, role: Role | None = None) -> list[psutil.Process]:
         """The live server and worker processes (fleetrun's children running cluster_main);
         with ``role``, only those fleetrun started as it."""
+        return [process for process, r in self._scan() if role in (None, r)]
+
+    def roster(self) -> list[dict[str, str | int]]:
+        """Each live member's role and pid, read once (what a node reports)."""
+        return [{"role": role, "pid": process.pid} for process, role in self._scan()]
+
+    def _scan(self) -> list[tuple[psutil.Process, str]]:
         if not self.running:
             return []
         assert self._proc is not None
@@ -122,20 +129,13 @@ class NodeProcesses:
         alive = []
         for child in children:
             try:
-                if (
-                    child.status() != psutil.STATUS_ZOMBIE
-                    and any(arg.endswith("cluster_main.py") for arg in child.cmdline())
-                    and role in (None, child.environ().get("TRAINING_ROLE"))
+                if child.status() != psutil.STATUS_ZOMBIE and any(
+                    arg.endswith("cluster_main.py") for arg in child.cmdline()
                 ):
-                    alive.append(child)
+                    alive.append((child, child.environ().get("TRAINING_ROLE", "")))
             except psutil.NoSuchProcess:
                 continue
         return alive
-
-    @property
-    def intact(self) -> bool:
-        """Every member of this node is alive."""
-        return len(self.members()) == self.expected
 
     def wait(self, timeout_s: float) -> None:
         """Wait for fleetrun to exit; ``subprocess.TimeoutExpired`` if it does not."""

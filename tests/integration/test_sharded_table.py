@@ -29,9 +29,7 @@ from hosts import Network, can_make_hosts, start_services
 from serving_export import delivery
 from serving_export.artifact import artifact_dir, load_sparse
 from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
-from streaming.pass_builder import PassBuilder
 from streaming.pipe_reader import multislot_text
-from streaming.producer import produce_synthetic
 from streamrec.config import ClusterConfig, PipelineConfig, dump_config, load_config, with_services
 from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_conn import connect
@@ -178,7 +176,7 @@ def _one_server(cfg: PipelineConfig, root: Path) -> PipelineConfig:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+def run(tmp_path_factory: pytest.TempPathFactory, build_passes) -> Iterator[Run]:
     if reason := can_make_hosts():
         pytest.skip(reason)
     root = tmp_path_factory.mktemp("sharded")
@@ -186,13 +184,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         bootstrap, redis_url, _ = start_services(net.hosts["svc"], root / "logs")
         cfg = _config(net, bootstrap, redis_url, root)
         config = dump_config(cfg, root / "pipeline.yaml")
-        batches = produce_synthetic(cfg, FIRST, PASSES)
-        builder = PassBuilder(cfg)
-        try:
-            builder.run(until_pass=list(batches)[PASSES - 1], idle_timeout_s=60)
-        finally:
-            builder.close()
-        passes = list(batches)[:PASSES]
+        passes = list(build_passes(cfg, FIRST, PASSES))[:PASSES]
         one = _one_server(cfg, root)
         state = Run(cfg, one, passes)
         agents = {
