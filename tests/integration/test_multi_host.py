@@ -70,7 +70,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("streamrec"))
-PASSES = 7
+PASSES = 6  # the issue asks for at least 6; each costs a pace of the suite's time
 PACE_S = 20.0  # seconds between windows
 EVENTS_PER_PASS = 8000
 NODE_TIMEOUT_S = 5.0
