@@ -1,6 +1,7 @@
-"""Operating a pipeline: the ``streamrec`` CLI, status of recent passes, the HTML report,
-retention, and Airflow's services run locally. It reads what every stage left behind, so
-it imports the stages; no stage imports it."""
+"""Operating a pipeline: the ``streamrec`` CLI, status of recent passes, the HTML report
+and its charts (``line_chart``, for any page of plots), retention, and Airflow's services
+run locally. It reads what every stage left behind, so it imports the stages; no stage
+imports it."""
 
 from streamrec.lazy import lazy_exports
 
@@ -8,8 +9,12 @@ _EXPORTS = {
     "Deletion": "ops.retention",
     "LocalAirflow": "ops.airflow_local",
     "PassRow": "ops.status",
+    "ReferenceLine": "ops.charts",
     "RetentionResult": "ops.retention",
+    "Series": "ops.charts",
+    "YRange": "ops.charts",
     "flag_untrained": "ops.status",
+    "line_chart": "ops.charts",
     "recent_passes": "ops.status",
 }
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -97,6 +97,7 @@ def _report(args: argparse.Namespace) -> int:
         format_table,
         recent_passes,
         serving_summary,
+        stale_after_seconds,
     )
     from streamrec.atomic_fs import write_text_atomic
 
@@ -104,7 +105,8 @@ def _report(args: argparse.Namespace) -> int:
     rows = recent_passes(cfg, args.limit)
     status = [format_table(rows), format_serving(serving_summary(cfg))]
     status.append(format_cluster(cluster_summary(cfg)))
-    write_text_atomic(args.out.resolve(), render(cfg.name, rows, "\n\n".join(status)))
+    target = stale_after_seconds(cfg.passes.pass_minutes)  # the freshness plot's target line
+    write_text_atomic(args.out.resolve(), render(cfg.name, rows, "\n\n".join(status), target))
     print(f"wrote {args.out} ({len(rows)} passes)")
     return 0
 

@@ -1,8 +1,11 @@
 """One self-contained HTML page about recent passes: inline SVG plots, no scripts, no server.
 
-Plots (one point per pass that has the figure): progressive AUC against the stream's best
-reachable AUC where known, logloss, COPC, rows, freshness and table size; then the status
-table. Each point carries a ``<title>`` with the pass and the value, shown on hover.
+Plots (matplotlib, through ``ops.charts``; one point per pass that has the figure, pass ids
+as tick labels): progressive AUC on a 0.5-1 axis with chance marked, against the stream's
+best reachable AUC where known; logloss and the counts (rows, table keys) from 0; COPC
+around its calibrated value 1, marked; freshness from 0 with its target, two windows (when
+``streamrec status`` calls a waiting pass stale), marked. Then the status table. Each
+point carries a ``<title>`` with the pass and the value, shown on hover.
 """
 
 from __future__ import annotations
@@ -13,99 +16,116 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from ops.charts import ReferenceLine, Series, YRange, line_chart
 from ops.status import PassRow
 
-WIDTH, HEIGHT, PAD = 640, 220, 48
-COLORS = ("#1f77b4", "#d62728")
+FROM_ZERO = YRange(floor=0.0)
+X_LABEL = "pass (window start, UTC)"
 
 
 @dataclass(frozen=True)
-class Series:
+class Metric:
+    """One line of a plot: its legend label and how to read it from a pass's row."""
+
     label: str
     value: Callable[[PassRow], float | None]
 
 
 @dataclass(frozen=True)
 class Plot:
+    """One chart of the page; ``key`` prefixes its ids, so it is unique in the page."""
+
+    key: str
     title: str
-    series: tuple[Series, ...]
+    y_label: str
+    metrics: tuple[Metric, ...]
+    y_range: YRange
+    references: tuple[ReferenceLine, ...] = ()
     unit: str = ""
 
 
-PLOTS = (
-    Plot(
-        "Progressive AUC (before training on the pass)",
-        (Series("AUC", lambda r: r.auc), Series("best reachable", lambda r: r.best_auc)),
-    ),
-    Plot("Logloss", (Series("logloss", lambda r: r.logloss),)),
-    Plot("COPC (clicks / predicted clicks)", (Series("COPC", lambda r: r.copc),)),
-    Plot("Rows per pass", (Series("rows", lambda r: r.rows),)),
-    Plot(
-        "Freshness (serving time - window end)",
-        (Series("freshness", lambda r: r.freshness_seconds),),
-        " s",
-    ),
-    Plot("Sparse table size", (Series("keys", lambda r: r.table_keys),)),
-)
+def plots(freshness_target_seconds: float) -> tuple[Plot, ...]:
+    """The report's plots, in page order; freshness is drawn against its target."""
+    return (
+        Plot(
+            "auc",
+            "Progressive AUC (before training on the pass)",
+            "AUC",
+            (Metric("AUC", lambda r: r.auc), Metric("best reachable", lambda r: r.best_auc)),
+            YRange(include=(1.0,)),  # chance to perfect: a 0.01 wobble is no swing
+            (ReferenceLine(0.5, "chance (0.5)"),),
+        ),
+        Plot(
+            "logloss",
+            "Logloss (before training on the pass)",
+            "logloss (nats per row)",
+            (Metric("logloss", lambda r: r.logloss),),
+            FROM_ZERO,
+        ),
+        Plot(
+            "copc",
+            "COPC (clicks / predicted clicks)",
+            "COPC",
+            (Metric("COPC", lambda r: r.copc),),
+            YRange(min_span=0.2),  # 0.98-1.02 stays near the line, not a swing
+            (ReferenceLine(1.0, "calibrated (1)"),),
+        ),
+        Plot("rows", "Rows per pass", "rows", (Metric("rows", lambda r: r.rows),), FROM_ZERO),
+        Plot(
+            "freshness",
+            "Freshness (serving time - window end)",
+            "seconds",
+            (Metric("freshness", lambda r: r.freshness_seconds),),
+            FROM_ZERO,
+            (
+                ReferenceLine(
+                    freshness_target_seconds,
+                    f"target: two windows ({freshness_target_seconds:.0f} s)",
+                ),
+            ),
+            " s",
+        ),
+        Plot(
+            "keys",
+            "Sparse table size",
+            "keys",
+            (Metric("keys", lambda r: r.table_keys),),
+            FROM_ZERO,
+        ),
+    )
 
 
-def _svg(plot: Plot, rows: list[PassRow]) -> str:
-    points = [
-        [(i, v) for i, r in enumerate(rows) if (v := s.value(r)) is not None and math.isfinite(v)]
-        for s in plot.series
-    ]
-    values = [v for series in points for _, v in series]
-    if not values:
-        return f'<p class="empty">{html.escape(plot.title)}: no pass has this figure yet.</p>'
-    low, high = min(values), max(values)
-    if high == low:
-        low, high = low - 1, high + 1
-    n = max(len(rows) - 1, 1)
-
-    def xy(i: int, v: float) -> tuple[float, float]:
-        x = PAD + (WIDTH - 2 * PAD) * i / n
-        y = HEIGHT - PAD + (2 * PAD - HEIGHT) * (v - low) / (high - low)
-        return round(x, 1), round(y, 1)
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'role="img" aria-label="{html.escape(plot.title)}">',
-        f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - PAD}" y2="{HEIGHT - PAD}" '
-        'stroke="#999"/>',
-        f'<line x1="{PAD}" y1="{PAD / 2}" x2="{PAD}" y2="{HEIGHT - PAD}" stroke="#999"/>',
-        f'<text x="4" y="{PAD / 2 + 4}" font-size="11">{high:.4g}</text>',
-        f'<text x="4" y="{HEIGHT - PAD}" font-size="11">{low:.4g}</text>',
-        f'<text x="{PAD}" y="{HEIGHT - PAD + 16}" font-size="11">{rows[0].pass_id}</text>',
-        f'<text x="{WIDTH - PAD}" y="{HEIGHT - PAD + 16}" font-size="11" '
-        f'text-anchor="end">{rows[-1].pass_id}</text>',
-    ]
-    for k, (series, pts) in enumerate(zip(plot.series, points, strict=True)):
-        color = COLORS[k % len(COLORS)]
-        coords = [xy(i, v) for i, v in pts]
-        if len(coords) > 1:
-            path = " ".join(f"{x},{y}" for x, y in coords)
-            parts.append(f'<polyline fill="none" stroke="{color}" points="{path}"/>')
-        for (i, v), (x, y) in zip(pts, coords, strict=True):
-            tip = html.escape(f"{rows[i].pass_id} {series.label}: {v:.6g}{plot.unit}")
-            parts.append(
-                f'<circle class="point" data-series="{html.escape(series.label)}" cx="{x}" '
-                f'cy="{y}" r="3" fill="{color}"><title>{tip}</title></circle>'
-            )
-        parts.append(
-            f'<text x="{WIDTH - PAD}" y="{14 + 14 * k}" font-size="11" fill="{color}" '
-            f'text-anchor="end">{html.escape(series.label)}</text>'
+def _chart(plot: Plot, rows: list[PassRow]) -> str:
+    series = [Series(m.label, [m.value(r) for r in rows]) for m in plot.metrics]
+    if not any(v is not None and math.isfinite(v) for s in series for v in s.values):
+        return (
+            f'<p class="empty"><b>{html.escape(plot.title)}</b>: no pass has this figure yet.</p>'
         )
-    parts.append("</svg>")
-    return "\n".join(parts)
+    return line_chart(
+        plot.key,
+        plot.title,
+        [r.pass_id for r in rows],
+        series,
+        x_label=X_LABEL,
+        y_label=plot.y_label,
+        references=plot.references,
+        y_range=plot.y_range,
+        unit=plot.unit,
+    )
 
 
 def render(
-    pipeline: str, rows: list[PassRow], table: str, generated: datetime | None = None
+    pipeline: str,
+    rows: list[PassRow],
+    table: str,
+    freshness_target_seconds: float,
+    generated: datetime | None = None,
 ) -> str:
-    """The report page for ``rows`` (oldest first) with ``table`` (the status table)."""
+    """The report page for ``rows`` (oldest first) with ``table`` (the status table);
+    freshness is drawn against ``freshness_target_seconds``."""
     when = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
     sections = "\n".join(
-        f"<section><h2>{html.escape(p.title)}</h2>\n{_svg(p, rows)}</section>" for p in PLOTS
+        f"<section>{_chart(p, rows)}</section>" for p in plots(freshness_target_seconds)
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -113,6 +133,7 @@ def render(
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
 section {{ display: inline-block; vertical-align: top; margin: 0 1em 1em 0; }}
+section svg {{ max-width: 100%; height: auto; }}
 h2 {{ font-size: 1em; margin: 0.3em 0; }}
 pre {{ font-size: 12px; background: #f6f6f6; padding: 1em; overflow-x: auto; }}
 </style></head>

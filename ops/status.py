@@ -154,6 +154,12 @@ def flag_held(rows: list[PassRow], holds: list[PartitionHold]) -> list[PassRow]:
     return flagged
 
 
+def stale_after_seconds(pass_minutes: int) -> float:
+    """How long a complete pass may wait for training before it is stale: two windows. The
+    report draws the same bound as the freshness target."""
+    return 2 * pass_minutes * 60
+
+
 def flag_untrained(rows: list[PassRow], pass_minutes: int, now: float) -> list[PassRow]:
     """Flag each complete pass that is not trained: ``stale`` once it has waited two windows
     or a newer pass is trained (it was skipped), else ``not trained yet``."""
@@ -162,7 +168,7 @@ def flag_untrained(rows: list[PassRow], pass_minutes: int, now: float) -> list[P
     for row in rows:
         if row.complete and not row.trained:
             waited = now - (row.completed_at or now)
-            stale = row.pass_id < newest_trained or waited > 2 * pass_minutes * 60
+            stale = row.pass_id < newest_trained or waited > stale_after_seconds(pass_minutes)
             row = replace(row, flag="NOT TRAINED (stale)" if stale else "not trained yet")
         flagged.append(row)
     return flagged

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine with Python 3.11: system packages through apt
 # when missing, then a virtualenv in .venv with the pinned stack. Safe to run any number of times.
+# --test (scripts/test.sh) also installs what only the tests use: the demo pulls no browser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,10 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)   # only to validate docker-compose.yml
 command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)               # TLS in front of the test broker
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)                    # the multi-host tests' namespaces
+if [ "${1:-}" = --test ]; then
+  # the report's tests open it in headless Chromium through Playwright (no browser download)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt"
   as_root apt-get update -q

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from browser import open_page
 
 from demo.live import LiveStack
-from ops.status import PassRow
+from ops.report import X_LABEL, plots
+from ops.status import PassRow, stale_after_seconds
 from serving_export.delivery import registry_for
 from streamrec.passes import complete_passes, pass_id_at
 from streamrec.redis_conn import connect
@@ -157,6 +159,8 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
 
 
 def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:
+    """`streamrec report` on the live pipeline: a point per pass that has the figure in each
+    plot, and the page drawn in headless Chromium with every plot's axes and no error."""
     out = tmp_path / "report.html"
     done = subprocess.run(
         [CLI, "report", "--config", str(live.config_path), "--out", str(out)],
@@ -176,3 +180,21 @@ def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:
     delivered = [r for r in rows if r.freshness_seconds is not None]
     assert delivered and page.count('data-series="freshness"') == len(delivered)
     assert all(0 < r.freshness_seconds < 300 for r in delivered)
+    # the written file as an operator opens it: every plot drawn with its axes, no error
+    shown = open_page(out, screenshot=tmp_path / "report.png")
+    assert shown.errors == []
+    target = stale_after_seconds(live.cfg.passes.pass_minutes)
+    titles = [p.title for p in plots(target)]
+    drawn = [c.label for c in shown.charts]
+    assert drawn == [t for t in titles if t in drawn]  # in page order
+    assert len(drawn) + page.count('class="empty"') == len(titles)
+    assert {"Progressive AUC (before training on the pass)", "Rows per pass"} <= set(drawn)
+    assert {"Freshness (serving time - window end)", "Sparse table size"} <= set(drawn)
+    ids = {r.pass_id for r in rows}
+    for chart in shown.charts:
+        assert chart.x_ticks and set(chart.x_ticks) <= ids and chart.y_ticks, chart.label
+        assert chart.x_label == [X_LABEL] and len(chart.y_label) == 1, chart.label
+        assert 0 < chart.points == chart.titled, chart.label
+    freshness = shown.charts[drawn.index("Freshness (serving time - window end)")]
+    assert freshness.points == len(delivered) and freshness.y_ticks[0] == "0"
+    assert f"target: two windows ({target:.0f} s)" in freshness.texts

@@ -6,8 +6,15 @@ import re
 from dataclasses import replace
 from html.parser import HTMLParser
 
-from ops.report import PLOTS, render
-from ops.status import PassRow, flag_held, flag_untrained, format_table, needs_attention
+from ops.report import plots, render
+from ops.status import (
+    PassRow,
+    flag_held,
+    flag_untrained,
+    format_table,
+    needs_attention,
+    stale_after_seconds,
+)
 from streamrec.passes import PartitionHold
 
 
@@ -54,44 +61,63 @@ def test_table_shows_dashes_where_a_stage_has_not_reached_the_pass() -> None:
     assert lines[3].endswith("not trained yet")
 
 
+TARGET = stale_after_seconds(pass_minutes=1)
+
+
 class _Points(HTMLParser):
+    """Per plot (``<svg>``): the ids of its points (``<g class="point">``) by series, and
+    the texts it draws; every id in the page."""
+
     def __init__(self) -> None:
         super().__init__()
         self.per_plot: list[dict[str, list[str]]] = []
+        self.texts: list[list[str]] = []
+        self.ids: list[str] = []
+        self._in_text = False
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         a = dict(attrs)
+        if "id" in a:
+            self.ids.append(a["id"])
         if tag == "svg":
             self.per_plot.append({})
-        elif tag == "circle" and a.get("class") == "point":
-            self.per_plot[-1].setdefault(a["data-series"], []).append(a["cx"])
+            self.texts.append([])
+        elif tag == "g" and a.get("class") == "point":
+            self.per_plot[-1].setdefault(a["data-series"], []).append(a["id"])
+        self._in_text = tag == "text"
+
+    def handle_data(self, data: str) -> None:
+        if self._in_text:
+            self.texts[-1].append(data)
 
 
 def test_report_has_one_point_per_pass_in_each_plot() -> None:
     rows = [
         _trained(f"2026010100{i:02d}", 0.6 + i / 100, freshness_seconds=30.0 + i) for i in range(5)
     ]
-    page = render("demo", rows, format_table(rows))
+    page = render("demo", rows, format_table(rows), TARGET)
     assert page.startswith("<!DOCTYPE html>") and "<script" not in page
     assert not re.search(r"(src|href)=\"https?:", page)  # self-contained
     parser = _Points()
     parser.feed(page)
-    assert len(parser.per_plot) == len(PLOTS)
-    for plot, points in zip(PLOTS, parser.per_plot, strict=True):
-        assert set(points) == {s.label for s in plot.series}, plot.title
-        for xs in points.values():
-            assert len(xs) == len(rows) and len(set(xs)) == len(rows), plot.title
+    assert len(parser.ids) == len(set(parser.ids))  # several inline SVGs share one id space
+    assert len(parser.per_plot) == len(plots(TARGET))
+    for plot, points, texts in zip(plots(TARGET), parser.per_plot, parser.texts, strict=True):
+        assert set(points) == {m.label for m in plot.metrics}, plot.title
+        for ids in points.values():
+            assert len(ids) == len(rows) and len(set(ids)) == len(rows), plot.title
+        assert plot.y_label in texts and len({r.pass_id for r in rows} & set(texts)) > 2
+    assert f"target: two windows ({TARGET:.0f} s)" in parser.texts[4]
 
 
 def test_report_leaves_out_figures_a_pass_does_not_have() -> None:
     rows = [_trained("202601010000", 0.7), _row("202601010001")]
     parser = _Points()
-    parser.feed(render("demo", rows, format_table(rows)))
+    parser.feed(render("demo", rows, format_table(rows), TARGET))
     auc = parser.per_plot[0]
     assert len(auc["AUC"]) == 1 and len(auc["best reachable"]) == 1
-    assert "Freshness" in render("demo", rows, "") and "no pass has this figure" in render(
-        "demo", rows, ""
-    )
+    page = render("demo", rows, "", TARGET)
+    assert "Freshness" in page and "no pass has this figure" in page
 
 
 def test_an_incomplete_pass_held_by_an_open_transaction_is_flagged_with_where() -> None:

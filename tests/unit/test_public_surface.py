@@ -46,6 +46,7 @@ assert not bad, bad
         ("serving_export", ("ops", "dags", "demo")),
         ("ops.cli", ("paddle", "airflow", "dags", "demo")),
         ("ops.retention", ("paddle", "dags", "demo")),
+        ("ops.charts", ("paddle", "airflow", "dags", "demo")),
     ],
 )
 def test_stage_imports_flow_one_way(module: str, forbidden: tuple[str, ...]) -> None:
