@@ -13,11 +13,19 @@ against a full version of the same model with over a million keys in its table.
    requests for ``--seconds``. Then once more in-process with the ONNX runtime. The
    baseline is the same Predictor called in-process (no HTTP, no JSON): the ratio says
    what the service adds.
+3. Overload (``measure_overload``), twice: with the config's ``serving.max_in_flight`` and
+   with no bound (the baseline). The service gets its own cores and bench/loadgen.py the
+   last one, so the load's CPU does not come out of the service's. Capacity is the best
+   closed-loop goodput of 4, 64 and as many clients as the bound admits; then an open loop
+   at 4x that capacity on up to 1,000 connections, with a /healthz probe every 50 ms;
+   then 4 clients again.
 
     .venv/bin/python bench/serving.py [--big-rows 900000] [--small-rows 20000]
 
-Ends with ``RESULT p99_ms_batch1``, ``RESULT p99_ms_batch1_redis`` and
-``RESULT delta_over_full``.
+Ends with ``RESULT p99_ms_batch1``, ``RESULT p99_ms_batch1_redis``,
+``RESULT delta_over_full``, ``RESULT overload_goodput_ratio`` (answered 200 per second
+under the overload, over the capacity), ``RESULT overload_p99_ms_admitted`` and
+``RESULT overload_healthz_p99_ms``.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import loadgen
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
@@ -42,12 +52,13 @@ from pipeline import STREAMREC, bench_config, build, section
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import InProcessStore
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.local_services import free_port, local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 
 BIG_FIRST, SMALL_FIRST = "202601010000", "202601010010"
+LOADS = (1.5, 2, 4)  # the overload phase's open-loop loads, as multiples of the capacity
 
 
 def _timed(step) -> tuple[Any, float]:
@@ -147,6 +158,47 @@ def _percentiles(seconds: list[float]) -> tuple[float, float]:
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
 
 
+class Served:
+    """`streamrec serve` as a process on a free port, ready with a version."""
+
+    def __init__(
+        self, config: Path, store: str, runtime: str, log: Path, cpus: set[int] | None = None
+    ) -> None:
+        self.port = free_port()
+        self._log = open(log, "w")  # noqa: SIM115  closed in stop()
+        argv = [STREAMREC, "serve", "--config", str(config), "--port", str(self.port)]
+        self.proc = subprocess.Popen(
+            [*argv, "--sparse-store", store, "--runtime", runtime],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+        )
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if json.loads(self.get("/readyz") or b"{}").get("version"):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                self.stop()
+                raise RuntimeError(f"streamrec serve ({store}) did not get ready: see {log}")
+            time.sleep(0.2)
+
+    def get(self, path: str) -> bytes:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().read()
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+
 def measure_service(
     config: Path,
     store: str,
@@ -158,28 +210,12 @@ def measure_service(
     seconds: float,
     work: Path,
 ) -> dict[str, Any]:
-    port = free_port()
-    log = open(work / f"serve-{store}-{runtime}.log", "w")  # noqa: SIM115  closed below
-    argv = [STREAMREC, "serve", "--config", str(config), "--port", str(port)]
-    proc = subprocess.Popen(
-        [*argv, "--sparse-store", store, "--runtime", runtime],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    service = Served(config, store, runtime, work / f"serve-{store}-{runtime}.log")
+    port = service.port
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/readyz")
-                body = json.loads(conn.getresponse().read() or b"{}")
-                if body.get("version") == version:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"streamrec serve ({store}) did not get ready: see {log.name}")
-            time.sleep(0.2)
+        served = json.loads(service.get("/readyz"))["version"]
+        if served != version:
+            raise RuntimeError(f"streamrec serve ({store}) serves {served}, not {version}")
         one = [json.dumps({"events": [e]}).encode() for e in events[:requests]]
         many = [
             json.dumps({"events": events[i : i + 256]}).encode()
@@ -206,7 +242,7 @@ def measure_service(
         done.set()
         for t in threads:
             t.join()
-        rss = psutil.Process(proc.pid).memory_info().rss / 2**20
+        rss = psutil.Process(service.proc.pid).memory_info().rss / 2**20
         return {
             "batch1": _percentiles(batch1),
             "batch256": _percentiles(batch256),
@@ -214,9 +250,96 @@ def measure_service(
             "rss_mib": rss,
         }
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+        service.stop()
+
+
+def measure_overload(
+    config: Path, event: dict, seconds: float, max_in_flight: int | None, work: Path
+) -> dict[str, Any]:
+    """Capacity (closed loop: the best goodput of 4, 64 and as many clients as the bound
+    admits, at most 1,000: the more requests wait, the larger the batches scored), then
+    open-loop loads of 1.5x, 2x and 4x that capacity on 1,000 connections, then 4 clients
+    again (recovery); batch-1 requests (``event``) on the in-process store. With
+    ``max_in_flight`` (the baseline passes a huge one: no bound) instead of the config's."""
+    cfg = load_config(config)
+    if max_in_flight is not None:
+        serving = cfg.serving.model_copy(update={"max_in_flight": max_in_flight})
+        cfg = cfg.model_copy(update={"serving": serving})
+    bound = cfg.serving.max_in_flight
+    config = dump_config(cfg, work / f"overload-{bound}.yaml")
+    body = work / "body-batch1.json"
+    body.write_text(json.dumps({"events": [event]}))
+    # the load generator's CPU must not come out of the service's: each gets its own cores
+    cpus = sorted(os.sched_getaffinity(0))
+    mine, theirs = {cpus[-1]}, set(cpus[:-1]) or {cpus[-1]}
+    log = work / f"serve-overload-{bound}.log"
+    service = Served(config, "inprocess", "paddle", log, theirs)
+    try:
+
+        def run(seconds: float, clients: int, rate: float | None = None) -> dict[str, Any]:
+            return loadgen.load(service.port, body, seconds, clients, rate, mine)
+
+        run(2, 4)  # warm-up
+        capacity = {c: run(seconds, c) for c in sorted({4, 64, min(bound, 1000)})}
+        peak = max(r["ok_per_s"] for r in capacity.values())
+        loads = {f: run(seconds, 1000, f * peak) for f in LOADS}
+        recovery = run(seconds / 2, 4)
+        metrics = service.get("/metrics").decode()
+    finally:
+        service.stop()
+    overloaded = sum(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith("streamrec_serving_overloaded_total")
+    )
+    return {
+        "bound": bound,
+        "capacity": capacity,
+        "peak": peak,
+        "loads": loads,
+        "recovery": recovery,
+        "refused": sum(x["statuses"].get(503, 0) for x in [*capacity.values(), *loads.values()]),
+        "overloaded_metric": overloaded,
+    }
+
+
+def print_overload(runs: dict[str, dict[str, Any]]) -> None:
+    """The overload phase's table: each service's capacity, the loads beyond it, recovery."""
+    print(
+        "\noverload: batch-1 requests, in-process store; the service on its own cores, h2load "
+        "(bench/loadgen.py) on another; latencies in ms"
+    )
+    print(
+        f"{'service':<22}{'phase':<26}{'200/s':>8}{'503/s':>8}{'late s':>8}{'200 p50':>9}"
+        f"{'200 p99':>9}{'503 p99':>9}{'probe p99':>10}"
+    )
+    nan = float("nan")
+    for name, r in runs.items():
+        label = f"{name} ({r['bound'] if r['bound'] < 10**6 else 'no bound'})"
+        phases = [(f"{c} clients", x) for c, x in r["capacity"].items()]
+        phases += [
+            *((f"open loop {f}x: {f * r['peak']:.0f}/s", x) for f, x in r["loads"].items()),
+            ("4 clients after", r["recovery"]),
+        ]
+        for phase, x in phases:
+            ok, refused = x["latency_ms"].get(200, {}), x["latency_ms"].get(503, {})
+            # an open loop the service could not keep up with ran past its planned time
+            late = x["seconds"] - x["planned_seconds"]
+            print(
+                f"{label:<22}{phase:<26}{x['ok_per_s']:>8.0f}"
+                f"{x['statuses'].get(503, 0) / x['seconds']:>8.0f}{late:>8.1f}"
+                f"{ok.get('p50', nan):>9.2f}{ok.get('p99', nan):>9.2f}"
+                f"{refused.get('p99', nan):>9.2f}{x['probe_ms'].get('p99', nan):>10.2f}"
+            )
+            label = ""
+        worst = r["loads"][max(LOADS)]
+        other = sorted(set(worst["statuses"]) - {200, 503})
+        print(
+            f"{'':<22}at {max(LOADS)}x: goodput {worst['ok_per_s'] / r['peak']:.3f} of the peak "
+            f"{r['peak']:.0f}/s; other statuses {other}, client errors "
+            f"{worst['client_errors']}, probe failures {worst['probe_failures']}; "
+            f"503s seen {r['refused']}, counted by the service {r['overloaded_metric']:.0f}"
+        )
 
 
 def library_baseline(cfg: PipelineConfig, version: str, events: list[dict], n: int) -> float:
@@ -236,6 +359,9 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=3000, help="batch-1 requests timed")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients")
     parser.add_argument("--seconds", type=float, default=10, help="throughput run length")
+    parser.add_argument(
+        "--overload-seconds", type=float, default=10, help="length of each overload phase run"
+    )
     args = parser.parse_args()
     print(hardware_line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-serving-") as tmp:
@@ -277,6 +403,10 @@ def main() -> int:
                     ("inprocess", "onnx"),
                 )
             }
+            overload = {
+                name: measure_overload(run["config"], events[0], args.overload_seconds, bound, root)
+                for name, bound in (("bounded", None), ("unbounded", 10**6))
+            }
     print(f"\nPredictor.score in-process, 1 event: p50 {baseline:.3f} ms (baseline)")
     print(
         f"{'store/runtime':<17}{'b1 p50':>8}{'b1 p99':>8}{'b256 p50':>10}{'b256 p99':>10}"
@@ -288,11 +418,18 @@ def main() -> int:
             f"{r['batch256'][1]:>10.2f}{r['throughput_rps']:>12.0f}{r['rss_mib']:>9.0f}"
             f"{r['batch1'][0] / baseline:>9.1f}"
         )
+    print_overload(overload)
     ratio = delta["total_s"] / full["total_s"]
     print(f"\ndelta delivery {delta['total_s']:.3f} s vs full {full['total_s']:.3f} s")
     print(f"RESULT p99_ms_batch1 {results['inprocess/paddle']['batch1'][1]:.3f}")
     print(f"RESULT p99_ms_batch1_redis {results['redis/paddle']['batch1'][1]:.3f}")
     print(f"RESULT delta_over_full {ratio:.4f}")
+    bounded = overload["bounded"]
+    worst = bounded["loads"][max(LOADS)]
+    admitted = worst["latency_ms"].get(200, {})
+    print(f"RESULT overload_goodput_ratio {worst['ok_per_s'] / bounded['peak']:.3f}")
+    print(f"RESULT overload_p99_ms_admitted {admitted.get('p99', float('nan')):.2f}")
+    print(f"RESULT overload_healthz_p99_ms {worst['probe_ms'].get('p99', float('nan')):.2f}")
     return 0
 
 

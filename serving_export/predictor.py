@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import queue
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,8 @@ from streamrec.logs import setup_logging
 
 
 class PaddleDense:
-    """The dense program on Paddle Inference: a pool of predictors sharing the weights (a
-    Paddle predictor runs one batch at a time)."""
+    """The dense program on Paddle Inference: one predictor, one batch at a time, with
+    ``threads`` math threads."""
 
     def __init__(self, directory: Path, threads: int) -> None:
         import paddle.inference as pi
@@ -41,37 +41,32 @@ class PaddleDense:
         )
         config.disable_gpu()
         config.disable_glog_info()
-        config.set_cpu_math_library_num_threads(1)
-        first = pi.create_predictor(config)
-        self._pool: queue.Queue[Any] = queue.Queue()
-        self._pool.put(first)
-        for _ in range(threads - 1):
-            self._pool.put(first.clone())
+        config.set_cpu_math_library_num_threads(threads)
+        self._predictor = pi.create_predictor(config)
+        self._lock = threading.Lock()  # a Paddle predictor is not reentrant
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        predictor = self._pool.get()
-        try:
+        predictor = self._predictor
+        with self._lock:
             for name in predictor.get_input_names():
                 predictor.get_input_handle(name).copy_from_cpu(feeds[name])
             predictor.run()
             out = predictor.get_output_handle(predictor.get_output_names()[0])
             return out.copy_to_cpu().reshape(-1)
-        finally:
-            self._pool.put(predictor)
 
 
 class OnnxDense:
     """The dense program exported to ONNX (``model.onnx``) on onnxruntime, whose sessions
     run concurrently."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, threads: int) -> None:
         import onnxruntime as ort
 
         path = directory / ONNX_NAME
         if not path.is_file():
             raise StreamrecError(f"{directory} has no {ONNX_NAME}: serve it with runtime paddle")
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1  # requests run concurrently: one thread each
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
@@ -107,7 +102,9 @@ class Predictor:
             else InProcessStore(self.directory.parent).embeddings_for(self.version)
         )
         self._dense = (
-            OnnxDense(self.directory) if runtime == "onnx" else PaddleDense(self.directory, threads)
+            OnnxDense(self.directory, threads)
+            if runtime == "onnx"
+            else PaddleDense(self.directory, threads)
         )
 
     @classmethod

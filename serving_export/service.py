@@ -4,6 +4,8 @@
                     -> {"version", "p_click": [...], "event_ids": [...]}
     GET  /healthz   the process answers
     GET  /readyz    200 once a verified version is loaded, 503 before
+                    (both answered on the event loop at once, never behind the admission
+                    bound or the predictions waiting to be scored)
     GET  /version   what serves: version, its freshness, sparse kind, and this host's name
     GET  /metrics   Prometheus text
 
@@ -12,7 +14,13 @@ unless the request carries ``Authorization: Bearer <token>``; the probes and the
 stay open for the orchestrator and the scraper.
 
 FastAPI on uvicorn: the ASGI stack the Python serving ecosystem runs on (and the one
-Airflow already brings), with Starlette's thread pool for the blocking Paddle call.
+Airflow already brings).
+
+Past ``serving.max_in_flight`` predictions in flight, /predict answers a fast 503
+"overloaded" with Retry-After (``admission.py``), so the latency of the admitted ones stays
+bounded whatever the number of clients. The requests waiting are scored together in one
+predictor call (``batcher.py``): one core here answered 9,700 batch-1 requests a second
+from 64 connections, against 2,300 when each request was scored alone.
 
 A follower thread reads the registry's serving pointer every ``serving.poll_seconds``;
 when it names another version (a delivery or a rollback) the thread builds that version's
@@ -25,6 +33,8 @@ the old one keeps serving and the next poll tries again.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import hmac
 import json
 import logging
@@ -48,9 +58,10 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from starlette.concurrency import run_in_threadpool
 
+from serving_export.admission import AdmissionLimit
 from serving_export.artifact import version_dir
+from serving_export.batcher import ScoreBatcher
 from serving_export.predictor import Predictor
 from serving_export.registry import ModelRegistry, ReplicaNote
 from serving_export.sparse_store import InProcessStore, RedisStore
@@ -86,6 +97,16 @@ class ServingMetrics:
             registry=r,
         )
         self.events = Counter("streamrec_serving_events", "Events scored.", registry=r)
+        self.overloaded = Counter(
+            "streamrec_serving_overloaded",
+            "/predict requests refused with 503 because serving.max_in_flight were in flight.",
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "streamrec_serving_in_flight",
+            "/predict requests admitted and not answered yet.",
+            registry=r,
+        )
         self.version = Gauge(
             "streamrec_serving_version", "1 for the version serving now.", ["version"], registry=r
         )
@@ -183,6 +204,10 @@ class VersionFollower:
             return
         served_at = self._registry.manifest(version).get("freshness", {}).get("served_at")
         self._state.swap(predictor, served_at)
+        # the loaded version's objects live until the next swap: out of the collector's
+        # sight, a full collection does not walk them (measured: 50-150 ms stalls of every
+        # request and probe under load before, none after)
+        gc.freeze()
         self._failed = None
         seconds = time.perf_counter() - started
         self._metrics.swaps.inc()
@@ -294,8 +319,9 @@ def create_app(
     registry: ModelRegistry,
     store: InProcessStore | RedisStore,
     replica: str | None = None,
-) -> FastAPI:
-    """The service's ASGI app; its lifespan starts and stops the version follower.
+) -> AdmissionLimit:
+    """The service's ASGI app (the FastAPI app behind its admission bound); its lifespan
+    starts and stops the version follower and the scoring task.
     ``replica`` names this service in the registry's notes (default: the host name)."""
     from contextlib import asynccontextmanager
 
@@ -312,18 +338,38 @@ def create_app(
 
     metrics.version_age.set_function(age)
 
+    def scoring_error(e: Exception) -> BaseException:
+        if isinstance(e, redis.RedisError):  # the Redis sparse store is away: retry elsewhere
+            return RequestRejected(503, "sparse_store_unavailable", str(e))
+        return e
+
+    def parse(body: bytes, schema: SchemaConfig) -> tuple[list, list]:
+        return parse_request(body, schema, cfg.max_events)
+
+    # Redis lookups wait on the network: scored off the loop, which keeps answering probes
+    offload = cfg.sparse_store == "redis"
+    batcher = ScoreBatcher(parse, cfg.max_in_flight, scoring_error, offload)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         follower.start()
+        scoring = asyncio.create_task(batcher.run(), name="scoring")
         yield
+        scoring.cancel()
         follower.stop()
 
+    def refused() -> None:
+        metrics.overloaded.inc()
+        metrics.requests.labels("predict", "503").inc()
+
     app = FastAPI(title="streamrec predictor", lifespan=lifespan)
-    app.state.serving = state
-    app.state.follower = follower
 
     @app.post("/predict")
     async def predict(request: Request) -> Response:
+        with metrics.in_flight.track_inprogress():
+            return await _predict(request)
+
+    async def _predict(request: Request) -> Response:
         started = time.perf_counter()
         try:
             if not _authorized(request, token):
@@ -332,8 +378,8 @@ def create_app(
             predictor = state.current  # read once: this request's version, whatever swaps
             if predictor is None:
                 raise RequestRejected(503, "not_ready", "no model version is loaded yet")
-            # parsing and scoring block: off the event loop, in one thread-pool hop
-            ids, scores = await run_in_threadpool(_score, predictor, body)
+            # parsed and scored with the requests waiting beside it
+            ids, scores = await batcher.score(predictor, body)
         except RequestRejected as e:
             metrics.requests.labels("predict", str(e.response.status_code)).inc()
             return e.response
@@ -342,19 +388,12 @@ def create_app(
         metrics.latency.observe(time.perf_counter() - started)
         return JSONResponse({"version": predictor.version, "p_click": scores, "event_ids": ids})
 
-    def _score(predictor: Predictor, body: bytes) -> tuple[list, list[float]]:
-        rows, ids = parse_request(body, predictor.schema, cfg.max_events)
-        try:
-            return ids, predictor.score_rows(rows).tolist()
-        except redis.RedisError as e:  # the Redis sparse store is away: retry elsewhere
-            raise RequestRejected(503, "sparse_store_unavailable", str(e)) from None
-
     @app.get("/healthz")
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/readyz")
-    def readyz() -> Response:
+    async def readyz() -> Response:
         current = state.current
         if current is None:
             return _error(503, "not_ready", "no model version is loaded yet")
@@ -387,7 +426,8 @@ def create_app(
     def prometheus() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    return app
+    # outermost, so that a refusal skips the whole FastAPI stack
+    return AdmissionLimit(app, cfg.max_in_flight, cfg.retry_after_seconds, refused)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -416,14 +456,20 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(
                 f"{args.config}: redis.url is 'embedded': give the Redis the pipeline delivers to"
             )
-        overrides = {"sparse_store": args.sparse_store, "runtime": args.runtime}
-        serving = cfg.serving.model_copy(update={k: v for k, v in overrides.items() if v})
+        overrides = {
+            "sparse_store": args.sparse_store,
+            "runtime": args.runtime,
+            "host": args.host,
+        }
+        serving = cfg.serving.model_copy(
+            update={k: v for k, v in overrides.items() if v is not None}
+        )
         cfg = cfg.model_copy(update={"serving": serving})
         try:  # refused credentials stop the service now, not on every poll
             require_credentials(cfg.redis)
         except ServiceError as e:  # a Redis not up yet: the version follower keeps trying
             log.warning("%s; serving starts and retries", e)
-        host = args.host or cfg.serving.host
+        host = cfg.serving.host
         port = cfg.serving.port if args.port is None else args.port
         replica = f"{socket.gethostname()}:{port}"
         app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica)
@@ -437,7 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg.model.model,
         cfg.serving.sparse_store,
     )
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False)
+    # no proxy-header rewriting: nothing here reads the client's address
+    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, proxy_headers=False)
     return 0
 
 

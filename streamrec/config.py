@@ -376,7 +376,21 @@ class ServingConfig(_Strict):
         4 * 1024 * 1024, ge=1024, description="Largest /predict body accepted, in bytes."
     )
     threads: int = Field(
-        2, ge=1, description="Paddle Inference predictors scoring requests concurrently."
+        1,
+        ge=1,
+        description="Math threads of one scoring call (Paddle Inference, or onnxruntime's "
+        "intra-op threads). Calls run one at a time on the service's event loop, each on "
+        "every request waiting; more threads pay off for large batches only.",
+    )
+    max_in_flight: int = Field(
+        256,
+        ge=1,
+        description="/predict requests admitted at once (being read, waiting for a "
+        "predictor or scored); one more is answered 503 'overloaded' with Retry-After at "
+        "once. Size it as the measured capacity (req/s) times the wait you accept (s).",
+    )
+    retry_after_seconds: int = Field(
+        1, ge=1, description="The Retry-After of an 'overloaded' answer, in seconds."
     )
     bearer_token_env: str | None = Field(
         None,

@@ -13,6 +13,8 @@ redis-server, and uvicorn services with both sparse stores follow the registry.
 - atomic delivery: `streamrec publish` + `streamrec deliver` SIGKILLed at random points;
   the pointer always names a whole version and the services keep answering
 - hostile requests (hypothesis): 4xx with a reason, never 5xx, the service keeps serving
+- overload: past serving.max_in_flight a fast 503 with its reason and Retry-After, counted;
+  the probes answer throughout and the service serves every request once the load goes
 """
 
 from __future__ import annotations
@@ -533,3 +535,63 @@ def test_a_bearer_token_guards_predictions(stack: Stack, monkeypatch: pytest.Mon
     finally:
         svc.stop()
     assert token not in (work / "serve-token.log").read_text()
+
+
+def test_overload_gets_a_fast_503_with_its_reason_and_the_service_recovers(stack: Stack) -> None:
+    """Past serving.max_in_flight, /predict answers 503 'overloaded' with Retry-After and
+    counts it; the probes answer throughout; once the load goes, every request is served."""
+    serving = stack.cfg.serving.model_copy(update={"max_in_flight": 2, "retry_after_seconds": 3})
+    work = Path(stack.cfg.paths.work_root)
+    config = dump_config(stack.cfg.model_copy(update={"serving": serving}), work / "bound.yaml")
+    version = stack.services["inprocess"].client.get("/readyz").json()["version"]
+    events = stack.pass_events(stack.trained[-1])[:1000]
+    _, expected = stack.services["inprocess"].predict(events)
+    svc = Service(config, "inprocess", work / "serve-bound.log")
+    refused: list[httpx.Response] = []
+    others: list[str] = []  # anything but 200 or 503, seen by a client thread
+    probes: list[int] = []
+    stop = threading.Event()
+
+    def client() -> None:
+        with httpx.Client(base_url=svc.url, timeout=30) as c:
+            while not stop.is_set():
+                r = c.post("/predict", json={"events": events})
+                if r.status_code == 503:
+                    refused.append(r)
+                elif r.status_code != 200:
+                    others.append(f"{r.status_code} {r.text}")
+
+    try:
+        svc.wait_for(version)
+        threads = [threading.Thread(target=client) for _ in range(12)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 60
+        while len(refused) < 5 and time.monotonic() < deadline:
+            probes.append(svc.client.get("/healthz").status_code)
+            probes.append(svc.client.get("/readyz").status_code)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+        assert not others, others[:3]
+        assert len(refused) >= 5, "12 clients of 1,000-event requests never met the bound of 2"
+        for r in refused:
+            assert r.json()["error"] == "overloaded" and "max_in_flight" in r.json()["detail"]
+            assert r.headers["retry-after"] == "3"
+        assert probes and set(probes) == {200}
+        for _ in range(5):  # the load is gone: every request is admitted again
+            answered, scores = svc.predict(events)
+            assert answered == version
+            np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-6)
+        metrics = svc.client.get("/metrics").text
+        overloaded = next(
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("streamrec_serving_overloaded_total")
+        )
+        assert overloaded >= len(refused)
+        assert 'streamrec_serving_requests_total{code="503",endpoint="predict"}' in metrics
+        assert "streamrec_serving_in_flight 0.0" in metrics
+    finally:
+        stop.set()
+        svc.stop()

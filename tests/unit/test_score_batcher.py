@@ -1,0 +1,76 @@
+"""The service's batcher on its own: requests waiting together are scored in one call, a
+bad body is refused alone, a scoring failure reaches every request of its call. The
+predictor is a small fake (pure logic: which rows reach which call)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from serving_export.batcher import ScoreBatcher
+
+
+class FakePredictor:
+    schema = None
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[list[float]] = []
+        self.fail = fail
+
+    def score_rows(self, rows: list[dict]) -> np.ndarray:
+        if self.fail:
+            raise ConnectionError("store away")
+        self.calls.append([r["x"] for r in rows])
+        return np.array([r["x"] / 10 for r in rows])
+
+
+def parse(body: bytes, _schema) -> tuple[list[dict], list]:
+    payload = json.loads(body)
+    if "bad" in payload:
+        raise ValueError("bad body")
+    return [{"x": x} for x in payload["xs"]], payload["xs"]
+
+
+def _body(**payload) -> bytes:
+    return json.dumps(payload).encode()
+
+
+@pytest.mark.parametrize("offload", [False, True], ids=["on the loop", "on a thread"])
+def test_waiting_requests_are_scored_in_one_call_each_gets_its_own_rows(offload: bool) -> None:
+    async def run():
+        batcher = ScoreBatcher(parse, 8, lambda e: RuntimeError(f"mapped: {e}"), offload)
+        worker = asyncio.create_task(batcher.run())
+        first, second = FakePredictor(), FakePredictor()
+        requests = [
+            batcher.score(first, _body(xs=[1, 2])),
+            batcher.score(first, _body(bad=1)),
+            batcher.score(second, _body(xs=[5])),  # another version: a call of its own
+            batcher.score(first, _body(xs=[3])),
+            batcher.score(FakePredictor(fail=True), _body(xs=[4])),
+        ]
+        results = await asyncio.gather(*requests, return_exceptions=True)
+        worker.cancel()
+        return results, first.calls, second.calls
+
+    results, first_calls, second_calls = asyncio.run(run())
+    assert results[0] == ([1, 2], [pytest.approx(0.1), pytest.approx(0.2)])
+    assert isinstance(results[1], ValueError)
+    assert results[2] == ([5], [pytest.approx(0.5)])
+    assert results[3] == ([3], [pytest.approx(0.3)])
+    assert isinstance(results[4], RuntimeError) and "store away" in str(results[4])
+    assert first_calls == [[1, 2, 3]] and second_calls == [[5]]
+
+
+def test_at_most_max_requests_per_call() -> None:
+    async def run():
+        batcher = ScoreBatcher(parse, 2, lambda e: e)
+        worker = asyncio.create_task(batcher.run())
+        predictor = FakePredictor()
+        await asyncio.gather(*(batcher.score(predictor, _body(xs=[i])) for i in range(5)))
+        worker.cancel()
+        return predictor.calls
+
+    assert asyncio.run(run()) == [[0, 1], [2, 3], [4]]
