@@ -591,10 +591,15 @@ class Soak:
             problems.append(f"{len(missing)} produced impressions in no pass, e.g. {min(missing)}")
         if extra := set(seen) - self.produced:
             problems.append(f"{len(extra)} pass rows never produced, e.g. {min(extra)}")
-        # one save per pass, in order; the oldest go as newer bases come (cluster.keep_bases)
-        order = [c.pass_id for c in list_checkpoints(self.cfg.paths.checkpoint_root)]
+        # one training save per pass, in order; the oldest go as newer bases come
+        # (cluster.keep_bases). A run across UTC midnight also has the daily maintenance's
+        # own save of the day's last pass, beside that pass's delta.
+        saves = list_checkpoints(self.cfg.paths.checkpoint_root)
+        order = [c.pass_id for c in saves if c.kind != "daily"]
         if not order or order != passes[-len(order) :]:
             problems.append(f"checkpoints not one per pass in order: {order}")
+        if stray := [c.name for c in saves if c.kind == "daily" and c.pass_id not in order]:
+            problems.append(f"daily saves of passes never trained: {stray}")
         history = registry_for(self.cfg).history(limit=1_000_000)
         delivered = {switch["version"] for switch in history}  # every pointer switch
         model_dir = Path(self.cfg.paths.model_root) / self.cfg.model.model
