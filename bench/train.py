@@ -3,22 +3,27 @@ the servers' memory with and without eviction.
 
 1. One synthetic pass (``--rows``) goes through the real broker and pass builder. Our
    cluster (1 server + 2 workers, Redis control plane, progressive metrics, checkpoint)
-   trains it in each mode of ``MODES`` (async with in-train or separate progressive
-   metrics, sync), a fresh cluster each; the reference (bench/reference_trainer.py: plain
-   TSV files, a MultiSlotDataGenerator pipe reader, ``train_from_dataset``; same model,
-   strategy, batch size, servers and workers) trains the same rows once, without metrics
-   or a save. The training phase and our whole command (progressive metrics + training +
-   checkpoint + control plane) against the reference's training alone.
+   trains it in each mode of ``MODES`` (async with separate, sampled or in-train
+   progressive metrics, sync), a fresh cluster each; the reference
+   (bench/reference_trainer.py: plain TSV files, a MultiSlotDataGenerator pipe reader,
+   ``train_from_dataset``; same model, strategy, batch size, servers and workers) trains
+   the same rows once, without metrics or a save. The training phase and our whole
+   command (progressive metrics + training + checkpoint + control plane) against the
+   reference's training alone.
 2. ``--memory-passes`` passes of a heavy-tail stream (one-off user ids), four passes a
    logical day with the daily maintenance, trained with eviction off and on; the servers'
    peak RSS (VmHWM) and the table's key count for each.
+3. ``--error-passes`` passes trained in ``progressive: sample`` mode, each scored whole
+   by the same cluster just before: the sample's metrics against the whole pass's.
 
-    .venv/bin/python bench/train.py [--rows 200000] [--threads 1]
+    .venv/bin/python bench/train.py [--rows 200000] [--threads 1] [--error-passes 6]
                                     [--memory-passes 20] [--memory-events 100000]
 
 Ends with ``RESULT train_ratio`` (training phase, default mode, rows/s ours / reference),
-``train_command_ratio`` (the whole command in the default mode, against the reference's
-training), ``train_command_ratio_separate``, ``sync_over_async`` (training phase rows/s),
+``train_command_ratio`` (the whole command in the shipped mode, against the reference's
+training), ``train_command_ratio_<mode>`` for separate, sample and in_train,
+``progressive_sample_<metric>_error_max`` for AUC, logloss and COPC,
+``sync_over_async`` (training phase rows/s),
 ``geo_over_async`` (bench/geo_trainer.py's bucketed model in both modes)
 and the two peak RSS figures.
 """
@@ -26,6 +31,7 @@ and the two peak RSS figures.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 import tempfile
@@ -33,11 +39,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 from machine import hardware_line
-from pipeline import bench_config, build, fleet_job, section, tsv_line
+from pipeline import REPO, bench_config, build, fleet_job, section, tsv_line
 
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.auc import exact_auc
+from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
@@ -79,10 +87,11 @@ def _server_memory_mib(cluster: LocalCluster, field: str) -> float:
 
 
 REPEATS = 2
-# (label, runner settings): the faster progressive setting first, the headline figure
+# (label, runner settings): every progressive setting in async, then sync
 MODES = [
-    ("async, in_train", {"sync_mode": "async", "progressive": "in_train"}),
     ("async, separate", {"sync_mode": "async", "progressive": "separate"}),
+    ("async, sample", {"sync_mode": "async", "progressive": "sample"}),
+    ("async, in_train", {"sync_mode": "async", "progressive": "in_train"}),
     ("sync, in_train", {"sync_mode": "sync", "progressive": "in_train"}),
 ]
 
@@ -162,6 +171,61 @@ def throughput(
     return runs, reference, geo
 
 
+def _full_pass_metrics(cfg: PipelineConfig, pass_id: str, scored: list[dict]) -> dict[str, float]:
+    """AUC, logloss and COPC of the cluster's predictions for every row of the pass."""
+    directory = pass_dir(cfg.paths.data_root, pass_id)
+    labels = {}
+    for part in read_manifest(directory).parts:
+        table = pq.read_table(directory / part.file, columns=["event_id", "label"]).to_pydict()
+        labels.update(zip(table["event_id"], table["label"], strict=True))
+    ids, p = [], []
+    for worker in scored:
+        table = pq.read_table(worker["predictions"]).to_pydict()
+        ids += table["event_id"]
+        p += table["p_click"]
+    y = np.array([labels[i] for i in ids], dtype=float)
+    q = np.clip(np.array(p, dtype=float), 1e-7, 1 - 1e-7)
+    return {
+        "count": len(ids),
+        "auc": exact_auc(q, y),
+        "logloss": float(-np.mean(y * np.log(q) + (1 - y) * np.log(1 - q))),
+        "copc": float(y.sum() / q.sum()),
+    }
+
+
+def progressive_error(services, root: Path, rows: int, passes: int) -> list[dict]:
+    """The ``sample`` mode's progressive metrics against the whole pass's, on the same model:
+    before each pass is trained (in ``sample`` mode), the cluster scores all of it."""
+    cfg = bench_config(services, root, "progressive", rows)
+    runner = cfg.model.runner.model_copy(update={"progressive": "sample"})
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
+    ids = build(cfg, passes)
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    compared = []
+    with LocalCluster(cfg, resolved) as cluster:
+        for i, pass_id in enumerate(ids):
+            full = _full_pass_metrics(cfg, pass_id, cluster.client.score(pass_id)) if i else None
+            result = cluster.client.train(pass_id)
+            if full is not None:  # a fresh model's first pass says nothing
+                compared.append({"pass": pass_id, "full": full, "sample": result["test"]})
+    print(
+        f"progressive metrics of {passes - 1} passes of {rows:,} rows: every "
+        f"{math.ceil(rows / runner.progressive_rows)}th row (progressive_rows "
+        f"{runner.progressive_rows:,}) against all of them, the same model"
+    )
+    print(
+        f"  {'pass':<14}{'rows':>8}{'AUC':>8}{'sample':>8}{'logloss':>9}{'sample':>8}"
+        f"{'COPC':>7}{'sample':>8}"
+    )
+    for c in compared:
+        f, m = c["full"], c["sample"]
+        print(
+            f"  {c['pass']:<14}{m['count']:>8}{f['auc']:8.4f}{m['auc']:8.4f}"
+            f"{f['logloss']:9.4f}{m['logloss']:8.4f}{f['copc']:7.3f}{m['copc']:8.3f}"
+        )
+    return compared
+
+
 def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[float, float, int]]:
     """Servers' RSS at start and peak (MiB) and the final table keys, eviction off and on."""
     heavy = {"cardinality": {"user_id": 20_000_000, "item_id": 200_000}}
@@ -216,6 +280,12 @@ def main() -> int:
         "--memory-passes", type=int, default=20, help="passes of the RSS run (0: skip it)"
     )
     parser.add_argument(
+        "--error-passes",
+        type=int,
+        default=6,
+        help="passes of the progressive: sample error run (0: skip it)",
+    )
+    parser.add_argument(
         "--memory-events", type=int, default=100_000, help="events per pass of the RSS run"
     )
     args = parser.parse_args()
@@ -223,6 +293,11 @@ def main() -> int:
         root = Path(tmp)
         with local_services(root / "services") as services:
             print(f"hardware: {hardware_line()}")
+            compared = (
+                progressive_error(services, root, args.rows, args.error_passes)
+                if args.error_passes
+                else []
+            )
             runs, reference, geo = throughput(services, root, args.rows, args.threads)
             figures = (
                 memory(services, root, args.memory_passes, args.memory_events)
@@ -234,13 +309,23 @@ def main() -> int:
             f"  eviction {label:<3}  server RSS {start:7.1f} MiB at start, peak {peak:7.1f} MiB"
             f" (+{peak - start:.1f}), {keys:,} keys at the end"
         )
-    default, separate, sync = runs
+    by_mode = {r.label.split(", 1 thread")[0]: r for r in runs}
+    shipped = load_config(REPO / "configs" / "pipeline.yaml").model.runner.progressive
+    default = by_mode[f"async, {shipped}"]
+    print(f"the shipped default: progressive {shipped}")
     # rows/s ratios against the reference's training alone (same rows: seconds inverted)
     print(f"RESULT train_ratio {reference / default.train_s:.2f}")
     print(f"RESULT train_command_ratio {reference / default.command_s:.2f}")
-    print(f"RESULT train_command_ratio_separate {reference / separate.command_s:.2f}")
-    print(f"RESULT sync_over_async {default.train_s / sync.train_s:.2f}")
+    for mode in ("separate", "sample", "in_train"):
+        ratio = reference / by_mode[f"async, {mode}"].command_s
+        print(f"RESULT train_command_ratio_{mode} {ratio:.2f}")
+    sync = by_mode["sync, in_train"]
+    print(f"RESULT sync_over_async {by_mode['async, in_train'].train_s / sync.train_s:.2f}")
     print(f"RESULT geo_over_async {geo['async'] / geo['geo']:.2f}")
+    for name in ("auc", "logloss", "copc"):
+        if compared:
+            error = max(abs(c["sample"][name] - c["full"][name]) for c in compared)
+            print(f"RESULT progressive_sample_{name}_error_max {error:.4f}")
     for label, (_, peak, _) in figures.items():
         print(f"RESULT server_peak_rss_mib_eviction_{label} {peak:.1f}")
     return 0

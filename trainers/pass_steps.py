@@ -231,36 +231,59 @@ def _run(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stats:
     return _global_stats(stats_from_predictions(scores, labels, AUC_BUCKETS))
 
 
+def progressive_every(progressive: str, rows: int, sample_rows: int) -> int:
+    """Every how many rows of each file the progressive scores read: 1 for ``separate``
+    (and for a ``sample`` of a pass no larger than ``sample_rows``), 0 for ``in_train``."""
+    if progressive == "in_train":
+        return 0
+    if progressive == "sample":
+        return max(1, math.ceil(rows / sample_rows))
+    return 1
+
+
+def sampled_rows(parts: list[int], every: int) -> int:
+    """Rows an ``every``-th-row read of files of ``parts`` rows gives (from each first row)."""
+    return sum(math.ceil(n / every) for n in parts)
+
+
 def _test_then_train(
-    ctx: WorkerContext, files: list[str], threads: int, seconds: dict[str, float]
+    ctx: WorkerContext, files: list[str], threads: int, every: int, seconds: dict[str, float]
 ) -> tuple[Stats | None, Stats]:
     """Progressive validation and training on this worker's files of the pass.
 
-    ``progressive: separate`` scores the whole pass first (the model exactly as the previous
-    pass left it), then trains on it; ``in_train`` reads it once and takes the training
-    run's metrics, where each batch is scored before its own update (no separate scores)."""
+    ``every`` > 0 scores every such row of the pass first (the model exactly as the previous
+    pass left it: ``progressive`` separate or sample), then trains on the whole pass; 0
+    (``in_train``) reads it once and takes the training run's metrics, where each batch is
+    scored before its own update (no separate scores). A sample is its own read: a
+    fraction of the pass, where the QueueDataset streams each read and the InMemoryDataset
+    would otherwise score every row it loaded."""
     from paddle.distributed import fleet
 
-    separate = ctx.cfg.model.runner.progressive == "separate"
     if ctx.cfg.model.runner.reader_type == "QueueDataset":
-
-        def stream() -> Any:  # a QueueDataset is read once
-            return _queue_dataset(ctx, files, threads) if files else None
-
         test = None
-        if separate:
+        if every:
             with ctx.stage("test", seconds):
-                test = _run(ctx, stream(), "test", threads)
+                sample = _queue_dataset(ctx, files, threads, every) if files else None
+                test = _run(ctx, sample, "test", threads)
         with ctx.stage("train", seconds):
-            train = _run(ctx, stream(), "train", threads)
+            train = _run(
+                ctx, _queue_dataset(ctx, files, threads) if files else None, "train", threads
+            )
         return test, train
+    test = None
+    if every > 1:
+        with ctx.stage("test", seconds):
+            sample = _in_memory_dataset(ctx, files, threads, every=every)
+            try:
+                test = _run(ctx, sample, "test", threads)
+            finally:
+                sample.release_memory()
     # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
     # all workers (a collective: every worker takes part, with or without files) and train.
     with ctx.stage("load", seconds):
         dataset = _in_memory_dataset(ctx, files, threads)
     try:
-        test = None
-        if separate:
+        if every == 1:
             with ctx.stage("test", seconds):
                 test = _run(ctx, dataset, "test", threads)
         with ctx.stage("shuffle", seconds):
@@ -311,7 +334,8 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     runner = ctx.cfg.model.runner
     # changing the thread count between runs of one process aborts Paddle (a CHECK in
     # dist_multi_trainer), so every read of the pass shares ``threads``
-    tested, trained = _test_then_train(ctx, mine, threads, seconds)
+    every = progressive_every(runner.progressive, manifest.rows, runner.progressive_rows)
+    tested, trained = _test_then_train(ctx, mine, threads, every, seconds)
     averaged = intercept = None
     if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's pass
         with ctx.stage("average", seconds):
@@ -320,20 +344,24 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         intercept = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
     train = metrics_from_stats(*trained)
     test = metrics_from_stats(*tested) if tested is not None else train
-    if test.count != manifest.rows:
+    scored = sampled_rows([p.rows for p in manifest.parts], max(every, 1))
+    counts_match = test.count == scored and train.count == manifest.rows
+    if not counts_match:
         log.error(
-            "pass %s: evaluated %d rows but the manifest has %d", pass_id, test.count, manifest.rows
+            "pass %s: scored %d rows (expected %d) and trained on %d, the manifest has %d",
+            *(pass_id, test.count, scored, train.count, manifest.rows),
         )
     result = {
         "pass_id": pass_id,
         "rows": manifest.rows,
-        "count_matches_manifest": test.count == manifest.rows,
+        "count_matches_manifest": counts_match,
         "test": test.to_dict(),
         "train": train.to_dict(),
         "seconds": seconds,
         "workers": ctx.workers,
         "reader": runner.reader_type,
         "progressive": runner.progressive,
+        "progressive_every": every,
         "sync_mode": runner.sync_mode,
         "sync_rounds": ctx.sync.summary() if ctx.sync else None,
         "dense_average": averaged,

@@ -2,7 +2,8 @@
 here with two reader threads, whose metrics come from per-instance dumps) and
 InMemoryDataset (loaded once, globally shuffled across workers before training); and both
 places the progressive metrics come from: the training run itself (``in_train``, one read)
-or a separate inference run before it. After training, the intercept refit scores a sample
+or a separate inference run before it, on the whole pass or on every k-th row
+(``sample``). After training, the intercept refit scores a sample
 of the pass (every k-th row) with either reader."""
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ def _with_runner(cfg: PipelineConfig, **runner: object) -> PipelineConfig:
 
 @pytest.mark.parametrize(
     ("reader", "threads", "progressive"),
-    [("InMemoryDataset", 1, "separate"), ("QueueDataset", 2, "in_train")],
+    [
+        ("InMemoryDataset", 1, "separate"),
+        ("QueueDataset", 2, "in_train"),
+        ("QueueDataset", 1, "sample"),
+    ],
 )
 def test_reader_trains_every_row_once(
     make_config, reader: str, threads: int, progressive: str
@@ -40,6 +45,7 @@ def test_reader_trains_every_row_once(
         thread_num=threads,
         progressive=progressive,
         intercept_rows=5000,  # the refit scores a sample: every 3rd row of 12,000
+        progressive_rows=4000,  # progressive: sample scores every 3rd row before training
     )
     ensure_topic(cfg.kafka, cfg.kafka.impressions_topic, cfg.kafka.partitions)
     producer = make_producer(cfg.kafka)
@@ -59,11 +65,17 @@ def test_reader_trains_every_row_once(
         manifest = read_manifest(pass_dir(cfg.paths.data_root, pass_id))
         rows = manifest.rows
         assert result["reader"] == reader
-        # every row evaluated and trained once, with one reader thread or several
-        assert result["test"]["count"] == result["train"]["count"] == rows
+        # every row trained once and scored once (or every 3rd, the sample), with one reader
+        # thread or several
+        scored = sum(math.ceil(p.rows / 3) for p in manifest.parts)
+        assert result["train"]["count"] == rows
+        assert result["test"]["count"] == (scored if progressive == "sample" else rows)
         assert result["count_matches_manifest"]
         assert result["progressive"] == progressive
-        if progressive == "separate":  # an inference run first, with the pass's own figures
+        assert (
+            result["progressive_every"] == {"separate": 1, "sample": 3, "in_train": 0}[progressive]
+        )
+        if progressive != "in_train":  # an inference run first, with the pass's own figures
             assert "test" in result["seconds"] and result["test"] != result["train"]
         else:  # one read: the training run's batch-before-update figures
             assert "test" not in result["seconds"] and result["test"] == result["train"]

@@ -122,9 +122,11 @@ def test_sync_needs_one_reader_thread(tmp_path: Path, repo: Path) -> None:
         load_config(_runner(tmp_path, repo, sync_mode="sync", thread_num=2))
 
 
-def test_progressive_defaults_to_a_separate_read(tmp_path: Path, repo: Path) -> None:
-    assert load_config(_runner(tmp_path, repo)).model.runner.progressive == "separate"
-    with pytest.raises(ConfigError, match=r"model\.runner\.progressive.*'separate' or 'in_train'"):
+def test_progressive_defaults_to_a_sampled_read(tmp_path: Path, repo: Path) -> None:
+    assert load_config(_runner(tmp_path, repo)).model.runner.progressive == "sample"
+    with pytest.raises(
+        ConfigError, match=r"model\.runner\.progressive.*'separate', 'sample' or 'in_train'"
+    ):
         load_config(_runner(tmp_path, repo, progressive="twice"))
 
 
