@@ -18,6 +18,7 @@ the Redis store, whose lookups wait on the network, it scores on one thread.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from serving_export.predictor import Predictor
+
+log = logging.getLogger(__name__)
 
 Parse = Callable[[bytes, Any], tuple[list[dict[str, Any]], list[Any]]]
 
@@ -80,11 +83,14 @@ class ScoreBatcher:
                 if not self._waiting:
                     self._wake.clear()
                 jobs = [j for j in jobs if not j.future.done()]  # a client that went away
-                if self._offload:
-                    outcomes = await loop.run_in_executor(scorer, self._score, jobs)
-                else:
-                    outcomes = self._score(jobs)
-                    await asyncio.sleep(0)  # the loop reads what arrived meanwhile
+                try:
+                    if self._offload:
+                        outcomes = await loop.run_in_executor(scorer, self._score, jobs)
+                    else:
+                        outcomes = self._score(jobs)
+                except Exception as e:  # a fault of this code: these fail, the next are scored
+                    log.exception("scoring a batch of %d requests failed", len(jobs))
+                    outcomes = [e] * len(jobs)
                 for job, outcome in zip(jobs, outcomes, strict=True):
                     if job.future.done():
                         continue
@@ -92,6 +98,8 @@ class ScoreBatcher:
                         job.future.set_exception(outcome)
                     else:
                         job.future.set_result(outcome)
+                if not self._offload:
+                    await asyncio.sleep(0)  # the loop reads what arrived meanwhile
 
     def _score(self, jobs: list[_Job]) -> list[Any]:
         """Each job's (ids, scores) or its error, in order; on the scoring thread."""

@@ -74,3 +74,23 @@ def test_at_most_max_requests_per_call() -> None:
         return predictor.calls
 
     assert asyncio.run(run()) == [[0, 1], [2, 3], [4]]
+
+
+def test_a_fault_in_a_batch_fails_its_requests_and_the_next_are_scored() -> None:
+    class Broken(FakePredictor):
+        def score_rows(self, rows: list[dict]) -> list[float]:  # not an array: .tolist fails
+            return [0.0] * len(rows)
+
+    async def run():
+        batcher = ScoreBatcher(parse, 8, lambda e: e)
+        worker = asyncio.create_task(batcher.run())
+        broken = await asyncio.gather(
+            batcher.score(Broken(), _body(xs=[1])), return_exceptions=True
+        )
+        after = await batcher.score(FakePredictor(), _body(xs=[2]))
+        worker.cancel()
+        return broken, after
+
+    broken, after = asyncio.run(run())
+    assert isinstance(broken[0], AttributeError)
+    assert after == ([2], [pytest.approx(0.2)])
