@@ -379,8 +379,9 @@ class ServingConfig(_Strict):
         1,
         ge=1,
         description="Math threads of one scoring call (Paddle Inference, or onnxruntime's "
-        "intra-op threads). Calls run one at a time on the service's event loop, each on "
-        "every request waiting; more threads pay off for large batches only.",
+        "intra-op threads). Calls run one at a time (on the service's event loop; on a "
+        "thread of their own with the Redis store), each on every request waiting; more "
+        "threads pay off for large batches only.",
     )
     max_in_flight: int = Field(
         256,
