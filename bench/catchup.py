@@ -1,0 +1,105 @@
+"""How fast a backlog of complete passes drains under Airflow's real scheduler.
+
+The situation after an outage of Airflow: ``--passes`` one-minute windows of a stream are
+complete passes on disk (built by the real broker and pass builder, ending a few minutes
+ago), and nothing has trained them. The cluster starts, then Airflow's api-server,
+scheduler and dag-processor with the DAG's schedule starting at the first window, as a
+restarted deployment would. Timed from Airflow being up until every pass is trained (its
+checkpoint written) and the last one serves.
+
+    .venv/bin/python bench/catchup.py [--passes 60] [--events-per-pass 2000]
+
+Ends with ``RESULT catchup_speedup`` (window time caught up per second of wall time) and
+``RESULT catchup_s_per_pass`` (the median gap between two passes' checkpoints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from machine import hardware_line
+from pipeline import REPO, section
+
+from demo.live import PASS_MINUTES, live_config
+from demo.services import on_local_services
+from ops.airflow_local import LocalAirflow
+from serving_export.delivery import registry_for
+from streaming.pass_builder import PassBuilder
+from streaming.producer import produce_synthetic
+from streamrec.config import dump_config, load_config
+from streamrec.passes import window_floor
+from trainers.checkpoints import list_checkpoints
+from trainers.launcher import LocalCluster
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--passes", type=int, default=60, help="complete passes to catch up")
+    parser.add_argument("--events-per-pass", type=int, default=2000)
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds to give up after")
+    args = parser.parse_args()
+    print(hardware_line(), flush=True)
+    with tempfile.TemporaryDirectory(prefix="bench-catchup-") as tmp, ExitStack() as stack:
+        root = Path(tmp)
+        cfg = load_config(REPO / "configs" / "pipeline.yaml").model_copy(update={"name": "catchup"})
+        cfg = section(cfg, "join", mode="label_in_impression")
+        cfg = section(cfg, "synthetic", events_per_pass=args.events_per_pass)
+        cfg = section(
+            cfg,
+            "paths",
+            data_root=root / "data",
+            checkpoint_root=root / "checkpoints",
+            model_root=root / "models",
+            work_root=root / "run",
+        )
+        # the backlog ends a few windows before now: the runs after it wait for data
+        minutes = args.passes * PASS_MINUTES + 3
+        start = window_floor(datetime.now(UTC) - timedelta(minutes=minutes), PASS_MINUTES)
+        cfg = live_config(on_local_services(cfg, stack), start)
+        config = dump_config(cfg, root / "run" / "pipeline.yaml")
+        passes = sorted(produce_synthetic(cfg, start.strftime("%Y%m%d%H%M"), args.passes))
+        passes = passes[: args.passes]
+        builder = PassBuilder(cfg)
+        try:
+            builder.run(until_pass=passes[-1], idle_timeout_s=60)
+        finally:
+            builder.close()
+        print(f"backlog: {len(passes)} complete passes, {passes[0]} to {passes[-1]}", flush=True)
+        stack.enter_context(LocalCluster(cfg, config))
+        stack.enter_context(LocalAirflow(root / "run" / "airflow", config))
+        up = time.time()
+        registry = registry_for(cfg)
+        trained_at: dict[str, float] = {}
+        while time.time() - up < args.timeout:
+            for c in list_checkpoints(cfg.paths.checkpoint_root):
+                trained_at.setdefault(c.pass_id, time.time() - up)
+            if set(passes) <= set(trained_at) and (registry.serving_version() or "") >= passes[-1]:
+                break
+            time.sleep(0.5)
+        else:
+            raise SystemExit(f"{len(trained_at)} of {len(passes)} passes trained in time")
+        wall = time.time() - up
+    times = [trained_at[p] for p in passes]
+    if times != sorted(times):
+        raise SystemExit("passes were trained out of order")
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    per_pass = statistics.median(gaps) if gaps else wall
+    print(
+        f"Airflow up to the first pass trained {times[0]:.1f} s, to the last trained "
+        f"{times[-1]:.1f} s, to it serving {wall:.1f} s; {per_pass:.2f} s a pass (median)"
+    )
+    print(f"RESULT catchup_speedup {len(passes) * PASS_MINUTES * 60 / wall:.2f}")
+    print(f"RESULT catchup_s_per_pass {per_pass:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
