@@ -26,15 +26,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from machine import hardware_line
-from pipeline import REPO, section
+from pipeline import bench_config, build
 
 from demo.live import PASS_MINUTES, live_config
-from demo.services import on_local_services
 from ops.airflow_local import LocalAirflow
 from serving_export.delivery import registry_for
-from streaming.pass_builder import PassBuilder
-from streaming.producer import produce_synthetic
-from streamrec.config import dump_config, load_config
+from streamrec.config import dump_config
+from streamrec.local_services import local_services
 from streamrec.passes import window_floor
 from trainers.checkpoints import list_checkpoints
 from trainers.launcher import LocalCluster
@@ -49,32 +47,17 @@ def main() -> int:
     print(hardware_line(), flush=True)
     with tempfile.TemporaryDirectory(prefix="bench-catchup-") as tmp, ExitStack() as stack:
         root = Path(tmp)
-        cfg = load_config(REPO / "configs" / "pipeline.yaml").model_copy(update={"name": "catchup"})
-        cfg = section(cfg, "join", mode="label_in_impression")
-        cfg = section(cfg, "synthetic", events_per_pass=args.events_per_pass)
-        cfg = section(
-            cfg,
-            "paths",
-            data_root=root / "data",
-            checkpoint_root=root / "checkpoints",
-            model_root=root / "models",
-            work_root=root / "run",
-        )
+        services = stack.enter_context(local_services(root / "services"))
+        cfg = bench_config(services, root, "catchup", args.events_per_pass)
         # the backlog ends a few windows before now: the runs after it wait for data
         minutes = args.passes * PASS_MINUTES + 3
         start = window_floor(datetime.now(UTC) - timedelta(minutes=minutes), PASS_MINUTES)
-        cfg = live_config(on_local_services(cfg, stack), start)
-        config = dump_config(cfg, root / "run" / "pipeline.yaml")
-        passes = sorted(produce_synthetic(cfg, start.strftime("%Y%m%d%H%M"), args.passes))
-        passes = passes[: args.passes]
-        builder = PassBuilder(cfg)
-        try:
-            builder.run(until_pass=passes[-1], idle_timeout_s=60)
-        finally:
-            builder.close()
+        cfg = live_config(cfg, start)
+        config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+        passes = build(cfg, args.passes, start.strftime("%Y%m%d%H%M"))
         print(f"backlog: {len(passes)} complete passes, {passes[0]} to {passes[-1]}", flush=True)
         stack.enter_context(LocalCluster(cfg, config))
-        stack.enter_context(LocalAirflow(root / "run" / "airflow", config))
+        stack.enter_context(LocalAirflow(Path(cfg.paths.work_root) / "airflow", config))
         up = time.time()
         registry = registry_for(cfg)
         trained_at: dict[str, float] = {}
