@@ -15,8 +15,14 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
 | `maintain` | `ClusterClient.maintain_if_day_ends` | after a day's last pass: shrink, daily save |
 | `retention` | `retention.apply_if_day_ends` | after a day's last pass: old data and keys |
-| `export` | `ClusterClient.export`, `delivery.publish` | a verified artifact; skipped on reject |
+| `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
+| `export` | `ClusterClient.export`, `delivery.publish` | newest pass as an artifact; or skipped |
 | `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
+
+While behind (after an outage), `catch_up` trains up to `schedule.catchup_passes` complete
+passes after the run's own, oldest first, each with its gate decision and day-end
+maintenance, and only the newest is exported and delivered; the runs of those passes then
+find them caught up and skip (`ops/catchup.py`).
 
 A manual run (a trigger in the UI, `airflow dags test <date>`) covers the window that
 *ends* at its date, as Airflow infers manual data intervals: the last complete window.
@@ -84,10 +90,17 @@ def streamrec_pass():
         mode="poke",  # reschedule mode races the scheduler in 3.3 (apache/airflow#71172)
     )
     def wait_pass(data_interval_start: datetime | None = None) -> PokeReturnValue:
+        from ops.catchup import caught_up_by
         from streamrec.passes import pass_id_at, pass_state
 
         pass_id = pass_id_at(data_interval_start)
-        state, why = pass_state(_config().paths.data_root, pass_id)
+        cfg = _config()
+        if (by := caught_up_by(cfg, pass_id)) is not None:
+            raise AirflowSkipException(
+                f"pass {pass_id} was trained, with its gate decision, by the catch-up in the "
+                f"run of pass {by['by_run_of']}, which delivered the newest pass it trained"
+            )
+        state, why = pass_state(cfg.paths.data_root, pass_id)
         log.info("pass %s: %s", pass_id, why)
         if state == "never":
             raise AirflowSkipException(why)
@@ -119,18 +132,27 @@ def streamrec_pass():
         return apply_if_day_ends(_config(), pass_id)
 
     @task
-    def export(pass_id: str, decision: dict[str, Any]) -> str:
-        from serving_export.delivery import publish
+    def catch_up(pass_id: str, decision: dict[str, Any]) -> dict[str, Any]:
+        from ops.catchup import catch_up
         from serving_export.quality_gate import GateDecision
+
+        return catch_up(_config(), pass_id, GateDecision(**decision)).to_dict()
+
+    @task
+    def export(caught_up: dict[str, Any]) -> str:
+        from ops.catchup import CatchUp
+        from serving_export.delivery import publish
         from trainers.control_plane import ClusterClient
 
-        if not decision["passed"]:
+        newest = CatchUp.from_dict(caught_up)
+        if not newest.decision.passed:
             raise AirflowSkipException(
-                "quality gate rejected the pass: " + "; ".join(decision["reasons"])
+                f"quality gate rejected pass {newest.pass_id}: "
+                + "; ".join(newest.decision.reasons)
             )
         cfg = _config()
-        raw = ClusterClient.from_config(cfg).export(pass_id)["raw_export"]
-        return publish(cfg, raw, GateDecision(**decision))["version"]
+        raw = ClusterClient.from_config(cfg).export(newest.pass_id)["raw_export"]
+        return publish(cfg, raw, newest.decision)["version"]
 
     @task(outlets=[SERVING_MODEL])
     def deliver(version: str, *, outlet_events=None) -> dict[str, Any]:
@@ -145,10 +167,11 @@ def streamrec_pass():
     decision = evaluate(trained)
     maintained = maintain(pass_id)
     decision >> maintained
-    maintained >> retention(pass_id)
-    version = export(pass_id, decision)
-    maintained >> version
-    deliver(version)
+    retained = retention(pass_id)
+    maintained >> retained
+    caught_up = catch_up(pass_id, decision)
+    retained >> caught_up
+    deliver(export(caught_up))
 
 
 streamrec_pass()

@@ -444,6 +444,14 @@ class ScheduleConfig(_Strict):
     )
     retry_delay_seconds: float = Field(10, gt=0, description="First retry delay.")
     max_retry_delay_seconds: float = Field(300, gt=0, description="Longest retry delay.")
+    catchup_passes: int = Field(
+        30,
+        ge=0,
+        description="While behind (after an outage), the most complete passes one run trains "
+        "after its own, each with its gate decision and day-end maintenance; the run then "
+        "exports and delivers only the newest, and the runs of the passes it trained skip. "
+        "0 trains one pass per run.",
+    )
 
     @field_validator("start")
     @classmethod

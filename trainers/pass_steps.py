@@ -24,6 +24,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from streaming.pipe_reader import LABEL_VAR, pipe_command
+from streaming.pipe_reader import LABEL_VAR, convert_file, pipe_command, text_command
 from streamrec.atomic_fs import publish_dir, temp_dir_for, write_text_atomic
 from streamrec.config import PipelineConfig
 from streamrec.passes import PassManifest, pass_dir, read_manifest
@@ -166,13 +167,13 @@ def _threads(ctx: WorkerContext, files: list[str]) -> int:
 
 
 def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int, every: int = 1) -> Any:
-    """The files streamed through the pipe reader (``every``: every k-th row of each)."""
+    """The pass's text files streamed (``every``: every k-th row of each)."""
     import paddle
 
     dataset = paddle.distributed.QueueDataset()
     dataset.init(
         use_var=ctx.graph.use_vars,
-        pipe_command=pipe_command(ctx.cfg.feature_schema, every=every),
+        pipe_command=text_command(every),
         batch_size=ctx.cfg.model.runner.batch_size,
         thread_num=threads,
     )
@@ -181,17 +182,17 @@ def _queue_dataset(ctx: WorkerContext, files: list[str], threads: int, every: in
 
 
 def _in_memory_dataset(
-    ctx: WorkerContext, files: list[str], threads: int, ins_id: bool = False, every: int = 1
+    ctx: WorkerContext, files: list[str], threads: int, command: str, ins_id: bool = False
 ) -> Any:
-    """The pass loaded into memory; ``ins_id``: each row carries its event id (dumps);
-    ``every``: every k-th row of each file only."""
+    """``files`` loaded into memory through the pipe ``command``; ``ins_id``: each row
+    carries its event id (for dumps)."""
     # paddle.distributed.InMemoryDataset().global_shuffle(fleet) raises AttributeError in
     # 2.6.2; the base DatasetFactory one shuffles across workers (DESIGN.md).
     from paddle.base import DatasetFactory
 
     dataset = DatasetFactory().create_dataset("InMemoryDataset")
     dataset.set_use_var(ctx.graph.use_vars)
-    dataset.set_pipe_command(pipe_command(ctx.cfg.feature_schema, ins_id, every))
+    dataset.set_pipe_command(command)
     dataset.set_parse_ins_id(ins_id)
     dataset.set_batch_size(ctx.cfg.model.runner.batch_size)
     dataset.set_thread(threads)
@@ -273,7 +274,7 @@ def _test_then_train(
     test = None
     if every > 1:
         with ctx.stage("test", seconds):
-            sample = _in_memory_dataset(ctx, files, threads, every=every)
+            sample = _in_memory_dataset(ctx, files, threads, text_command(every))
             try:
                 test = _run(ctx, sample, "test", threads)
             finally:
@@ -281,7 +282,7 @@ def _test_then_train(
     # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
     # all workers (a collective: every worker takes part, with or without files) and train.
     with ctx.stage("load", seconds):
-        dataset = _in_memory_dataset(ctx, files, threads)
+        dataset = _in_memory_dataset(ctx, files, threads, text_command())
     try:
         if every == 1:
             with ctx.stage("test", seconds):
@@ -309,7 +310,7 @@ def _refit_intercept(
                 ctx, _queue_dataset(ctx, files, threads, every) if files else None, "test", threads
             )
         else:  # an in-memory run loads its own sample, as the pass's reads load theirs
-            dataset = _in_memory_dataset(ctx, files, threads, every=every)
+            dataset = _in_memory_dataset(ctx, files, threads, text_command(every))
             try:
                 pos, neg, sums = _run(ctx, dataset, "test", threads)
             finally:
@@ -321,6 +322,25 @@ def _refit_intercept(
     return {"rows": before.count, "every": every, "copc_before": before.copc, "shift": shift}
 
 
+@contextmanager
+def _as_text(
+    ctx: WorkerContext, parts: list[str], seconds: dict[str, float]
+) -> Iterator[list[str]]:
+    """This worker's ``parts`` of a pass converted to MultiSlot text once, in local files
+    that every read of the pass streams (``text_command``), removed after the pass."""
+    root = Path(ctx.cfg.paths.work_root) / "pass-text" / f"worker-{ctx.rank}"
+    shutil.rmtree(root, ignore_errors=True)  # left by a worker killed mid-pass
+    root.mkdir(parents=True)
+    texts = [str(root / f"{i:05d}.txt") for i in range(len(parts))]
+    try:
+        with ctx.stage("convert", seconds), ThreadPoolExecutor(_threads(ctx, parts)) as pool:
+            schema = ctx.cfg.feature_schema
+            list(pool.map(lambda a, b: convert_file(Path(a), Path(b), schema), parts, texts))
+        yield texts
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     """Progressive validation on the pass, training on it, then its checkpoint (a delta, or
     a base every ``base_every_passes``): the pass counts as trained once the save is durable."""
@@ -328,20 +348,20 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     manifest = read_manifest(directory)
     files = [str(directory / p.file) for p in manifest.parts]
-    mine = files[ctx.rank :: ctx.workers]
     seconds: dict[str, float] = {}
-    threads = _threads(ctx, mine)
     runner = ctx.cfg.model.runner
-    # changing the thread count between runs of one process aborts Paddle (a CHECK in
-    # dist_multi_trainer), so every read of the pass shares ``threads``
     every = progressive_every(runner.progressive, manifest.rows, runner.progressive_rows)
-    tested, trained = _test_then_train(ctx, mine, threads, every, seconds)
-    averaged = intercept = None
-    if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's pass
-        with ctx.stage("average", seconds):
-            averaged = ctx.average.apply(ctx.leader_only)
-    if runner.intercept == "refit":
-        intercept = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
+    with _as_text(ctx, files[ctx.rank :: ctx.workers], seconds) as mine:
+        # changing the thread count between runs of one process aborts Paddle (a CHECK in
+        # dist_multi_trainer), so every read of the pass shares ``threads``
+        threads = _threads(ctx, mine)
+        tested, trained = _test_then_train(ctx, mine, threads, every, seconds)
+        averaged = intercept = None
+        if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's
+            with ctx.stage("average", seconds):
+                averaged = ctx.average.apply(ctx.leader_only)
+        if runner.intercept == "refit":
+            intercept = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
     train = metrics_from_stats(*trained)
     test = metrics_from_stats(*tested) if tested is not None else train
     scored = sampled_rows([p.rows for p in manifest.parts], max(every, 1))
@@ -516,7 +536,8 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     point_dump(program, [ctx.graph.predict.name], dump)
     try:
         if mine:
-            dataset = _in_memory_dataset(ctx, mine, _threads(ctx, mine), ins_id=True)
+            command = pipe_command(ctx.cfg.feature_schema, ins_id=True)
+            dataset = _in_memory_dataset(ctx, mine, _threads(ctx, mine), command, ins_id=True)
             try:
                 ctx.exe.infer_from_dataset(program=program, dataset=dataset, debug=False)
             finally:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 from browser import open_page
 
 from demo.live import LiveStack
+from ops.catchup import caught_up_by
 from ops.report import X_LABEL, plots
 from ops.status import PassRow, stale_after_seconds
 from serving_export.delivery import registry_for
@@ -29,6 +31,7 @@ from streamrec.passes import complete_passes, pass_id_at
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
+from trainers.control_plane import ClusterClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -67,6 +70,17 @@ def _trained_in_order(stack: LiveStack) -> list[str]:
     return [
         c.pass_id for c in list_checkpoints(stack.cfg.paths.checkpoint_root) if c.pass_id in done
     ]
+
+
+def _sensor_skipped(stack: LiveStack) -> set[str]:
+    """Pass ids of the DAG runs whose sensor skipped the run."""
+    dag = "dags/streamrec_pass/dagRuns"
+    runs = {r["dag_run_id"]: r for r in stack.airflow.api(f"{dag}?limit=1000")["dag_runs"]}
+    skipped = stack.airflow.api(f"{dag}/~/taskInstances?task_id=wait_pass&state=skipped&limit=1000")
+    return {
+        pass_id_at(datetime.fromisoformat(runs[ti["dag_run_id"]]["data_interval_start"]))
+        for ti in skipped["task_instances"]
+    }
 
 
 def _status(stack: LiveStack) -> tuple[int, list[PassRow], dict[str, Any]]:
@@ -117,7 +131,8 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
     live: LiveStack,
 ) -> None:
     """The scheduler is stopped for two windows: `streamrec status` flags the passes that
-    completed meanwhile as not trained; after a restart they are trained, once, in order."""
+    completed meanwhile as not trained; after a restart they are trained, once, in order,
+    the backlog by the run that finds it (``ops/catchup.py``), whose later runs skip."""
     before = _wait(lambda: _trained_in_order(live), 60, "a trained pass")
     live.airflow.stop("scheduler")
     stopped_at = time.time()
@@ -156,6 +171,14 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
     assert all(len(commands[p]) == 1 for p in caught_up)
     for p in untrained:
         assert commands[p][0]["started_at"] > restarted_at > stopped_at
+    # behind by two windows or more, a run trains the complete passes after its own (each
+    # judged by the gate) and the runs of those skip at their sensor
+    caught = {p: by for p in missed if (by := caught_up_by(live.cfg, p)) is not None}
+    assert caught, f"no run caught up any of {missed}"
+    client = ClusterClient.from_config(live.cfg)
+    for p, by in caught.items():
+        assert by["by_run_of"] < p and "gate" in client.pass_status(p)
+    _wait(lambda: set(caught) <= _sensor_skipped(live), 300, f"the runs of {set(caught)} skipped")
 
 
 def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:

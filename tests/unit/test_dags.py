@@ -38,14 +38,17 @@ def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
         "evaluate",
         "maintain",
         "retention",
+        "catch_up",
         "export",
         "deliver",
     }
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert down["wait_pass"] == {"train_pass", "maintain", "retention", "export"}
+    assert down["wait_pass"] == {"train_pass", "maintain", "retention", "catch_up"}
     assert down["train_pass"] == {"evaluate"}
-    assert down["evaluate"] == {"maintain", "export"}
-    assert down["maintain"] == {"retention", "export"}
+    assert down["evaluate"] == {"maintain", "catch_up"}
+    assert down["maintain"] == {"retention"}
+    assert down["retention"] == {"catch_up"}
+    assert down["catch_up"] == {"export"}
     assert down["export"] == {"deliver"}
     assert dag.catchup and dag.max_active_runs == 1
     assert all(t.retries >= 1 and t.depends_on_past for t in dag.tasks)

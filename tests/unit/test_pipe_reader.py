@@ -14,7 +14,14 @@ import pyarrow.parquet as pq
 
 from streaming.events import pass_table_schema
 from streaming.feature_signs import feature_sign
-from streaming.pipe_reader import convert, multislot_text, pipe_command, slot_order
+from streaming.pipe_reader import (
+    convert,
+    convert_file,
+    multislot_text,
+    pipe_command,
+    slot_order,
+    text_command,
+)
 from streamrec.config import PipelineConfig
 
 
@@ -94,6 +101,25 @@ def test_every_kth_row_is_a_sample_through_the_command(
     assert [line.split()[1] for line in out.decode().splitlines()] == ["e0", "e3", "e6", "e9"]
     assert out == multislot_text(table.take([0, 3, 6, 9]), schema, ins_id=True)
     assert "--every" not in pipe_command(schema)
+
+
+def test_a_part_converted_once_reads_as_the_parquet_reader_would(
+    shipped_config: PipelineConfig, tmp_path: Path
+) -> None:
+    """Training converts each part to text once and reads it with ``text_command``: every
+    read (whole, or every k-th row) gives the very bytes the Parquet reader gives."""
+    schema = shipped_config.feature_schema
+    table = pa.concat_tables([_table(shipped_config)] * 5)
+    users = pa.array([f"u{i}" for i in range(10)])  # every row distinct
+    table = table.set_column(table.schema.get_field_index("user_id"), "user_id", users)
+    pq.write_table(table, tmp_path / "part.parquet")
+    assert convert_file(tmp_path / "part.parquet", tmp_path / "part.txt", schema) == 10
+    for every in (1, 2, 3, 4, 10, 11):
+        text = f"cat {tmp_path / 'part.txt'} | {text_command(every)}"
+        parquet = f"cat {tmp_path / 'part.parquet'} | {pipe_command(schema, every=every)}"
+        got = subprocess.run(text, shell=True, capture_output=True, check=True).stdout
+        want = subprocess.run(parquet, shell=True, capture_output=True, check=True).stdout
+        assert got == want == multislot_text(table.take(list(range(0, 10, every))), schema), every
 
 
 def test_pipe_command_runs_without_paddle(shipped_config: PipelineConfig, tmp_path: Path) -> None:

@@ -1,0 +1,101 @@
+"""Catching up a backlog: the complete passes after a run's own, trained in the same run.
+
+After an outage every missed window has its DAG run, and each run pays Airflow's whole
+per-run cost: seven task processes, 6.0 s a pass against 2.0 s of training
+(``bench/catchup.py``). While behind, the run catching up trains, after its own pass, every
+pass already complete after it, oldest first (at most ``schedule.catchup_passes``), and
+gives each the steps its own run would: training (progressive metrics, checkpoint), the
+gate decision stored on the pass, and after a day's last pass the cluster's maintenance
+and retention. Each is marked ``caught_up`` on its status, and its own run's sensor then
+skips that run. Only the newest pass trained is exported and delivered, if it passes the
+gate: the model has moved past the older ones, and the export is of the model as it stands.
+A window still pending ends the catch-up: passes are trained in order, none skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ops.retention import apply_if_day_ends
+from serving_export.delivery import evaluate
+from serving_export.quality_gate import GateDecision
+from streamrec.config import PipelineConfig
+from streamrec.passes import complete_passes, next_pass_id, pass_state
+from streamrec.redis_conn import connect
+from streamrec.redis_keys import RedisKeys
+from trainers.control_plane import ClusterClient
+
+log = logging.getLogger(__name__)
+
+CAUGHT_UP_FIELD = "caught_up"
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """What a run's catch-up did: the passes it trained after the run's own, oldest first,
+    and the newest pass the model has now trained through, with its gate decision."""
+
+    pass_id: str
+    trained: tuple[str, ...]
+    decision: GateDecision
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CatchUp:
+        return cls(raw["pass_id"], tuple(raw["trained"]), GateDecision(**raw["decision"]))
+
+
+def next_in_backlog(cfg: PipelineConfig, pass_id: str) -> str | None:
+    """The complete pass to train after ``pass_id`` if every window between them will
+    never have a pass; None when there is none yet or a window before it is pending."""
+    later = [p for p in complete_passes(cfg.paths.data_root) if p > pass_id]
+    if not later:
+        return None
+    window = next_pass_id(pass_id, cfg.passes.pass_minutes)
+    while window < later[0]:
+        state, why = pass_state(cfg.paths.data_root, window)
+        if state != "never":
+            log.info("catch-up stops before window %s: %s", window, why)
+            return None
+        window = next_pass_id(window, cfg.passes.pass_minutes)
+    return later[0]
+
+
+def caught_up_by(cfg: PipelineConfig, pass_id: str) -> dict[str, Any] | None:
+    """Which run's catch-up trained ``pass_id`` (and when), or None."""
+    raw = connect(cfg.redis).hget(RedisKeys(cfg.name).pass_status(pass_id), CAUGHT_UP_FIELD)
+    return json.loads(raw) if raw is not None else None
+
+
+def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> CatchUp:
+    """Train the backlog after ``pass_id`` (trained, judged and maintained by its own run,
+    with ``decision``); the newest pass trained and its decision.
+
+    A pass is marked as this run's before it is trained, so a retry of the run carries on
+    through it; a pass trained otherwise (its own run, or another run's catch-up: this run
+    was cleared and runs again) ends the catch-up, as the backlog is not this run's."""
+    client = ClusterClient.from_config(cfg)
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
+    mark = {"by_run_of": pass_id}
+    trained: list[str] = []
+    newest = pass_id
+    limit = cfg.schedule.catchup_passes if cfg.schedule is not None else 0
+    while len(trained) < limit and (nxt := next_in_backlog(cfg, newest)) is not None:
+        status = client.pass_status(nxt)
+        if "train" in status and status.get(CAUGHT_UP_FIELD, {}).get("by_run_of") != pass_id:
+            break
+        r.hset(keys.pass_status(nxt), CAUGHT_UP_FIELD, json.dumps({**mark, "at": time.time()}))
+        decision = evaluate(cfg, client.train(nxt))
+        client.maintain_if_day_ends(nxt, cfg.passes.pass_minutes)
+        apply_if_day_ends(cfg, nxt)
+        trained.append(nxt)
+        newest = nxt
+    if trained:
+        log.info("caught up %d passes after %s, to %s", len(trained), pass_id, newest)
+    return CatchUp(newest, tuple(trained), decision)

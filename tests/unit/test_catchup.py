@@ -1,0 +1,39 @@
+"""Which pass a run's catch-up trains next: the following complete pass, only when every
+window before it will never have a pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ops.catchup import CatchUp, next_in_backlog
+from serving_export.quality_gate import GateDecision
+from streamrec.config import PipelineConfig
+from streamrec.passes import pass_dir, slice_dir
+
+
+def _complete(root: Path, pass_id: str) -> None:
+    d = pass_dir(root, pass_id)
+    d.mkdir(parents=True)
+    (d / "_SUCCESS").touch()
+
+
+def test_the_backlog_is_taken_in_order_and_stops_at_a_pending_window(
+    shipped_config: PipelineConfig, tmp_path: Path
+) -> None:
+    paths = shipped_config.paths.model_copy(update={"data_root": tmp_path})
+    cfg = shipped_config.model_copy(update={"paths": paths})
+    assert cfg.passes.pass_minutes == 10
+    for pass_id in ("202601010000", "202601010010", "202601010030", "202601010050"):
+        _complete(tmp_path, pass_id)
+    slice_dir(tmp_path, "202601010040", 0).parent.mkdir(parents=True)  # still being written
+    assert next_in_backlog(cfg, "202601010000") == "202601010010"
+    assert next_in_backlog(cfg, "202601010010") == "202601010030"  # 0020 never comes
+    assert next_in_backlog(cfg, "202601010030") is None  # 0040 pending: 0050 must wait
+    assert next_in_backlog(cfg, "202601010050") is None  # nothing after it yet
+
+
+def test_the_result_crosses_xcom_as_json() -> None:
+    caught = CatchUp(
+        "202601010030", ("202601010010", "202601010030"), GateDecision(True, 0.7, 0.69)
+    )
+    assert CatchUp.from_dict(caught.to_dict()) == caught
