@@ -58,6 +58,7 @@ class PassRow:
     table_keys: int | None = None
     gate: str | None = None  # pass | reject
     delivered: str | None = None  # the version this pass delivered
+    caught_up_by: str | None = None  # trained by the catch-up of this pass's run
     freshness_seconds: float | None = None
     flag: str = ""
 
@@ -109,6 +110,8 @@ def _row(
     if (delivered := status.get("delivered")) and delivered.get("at"):
         fields["delivered"] = delivered["version"]
         fields["freshness_seconds"] = delivered["at"] - end
+    if caught := status.get("caught_up"):
+        fields["caught_up_by"] = caught["by_run_of"]
     return PassRow(
         pass_id=pass_id,
         window_end=end,
@@ -116,6 +119,15 @@ def _row(
         best_auc=best.get(pass_id),
         **fields,
     )
+
+
+def pass_finished(pass_id: str, status: dict[str, Any], serving: str | None) -> bool:
+    """Whether the pipeline is done with a pass, from its decoded status hash and the
+    serving version: delivered, rejected by the gate, or trained by a catch-up (which
+    delivers only its newest pass) with it or a later pass serving."""
+    if status.get("delivered") or (status.get("gate") or {}).get("passed") is False:
+        return True
+    return "caught_up" in status and "gate" in status and (serving or "") >= pass_id
 
 
 def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None) -> list[PassRow]:
@@ -266,6 +278,7 @@ _COLUMNS = [  # (title, attribute, width, format)
     ("keys", "table_keys", 7, "{}"),
     ("gate", "gate", 6, "{}"),
     ("delivered", "delivered", 12, "{}"),
+    ("caught up by", "caught_up_by", 12, "{}"),
     ("fresh s", "freshness_seconds", 7, "{:.1f}"),
     ("", "flag", 0, "{}"),
 ]

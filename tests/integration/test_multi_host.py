@@ -43,6 +43,7 @@ import redis
 from hosts import Host, Network, can_make_hosts, start_services
 
 from ops.airflow_local import LocalAirflow
+from ops.status import pass_finished
 from serving_export.artifact import verify_artifact, version_dir
 from serving_export.delivery import registry_for
 from streaming.producer import (
@@ -304,14 +305,15 @@ class Stack:
         return moment - since
 
     def finished(self) -> bool:
-        """Every window produced is delivered or rejected by the gate."""
+        """Every window produced is finished: delivered, rejected by the gate, or caught up
+        with a newer pass serving."""
         if not self.produced_all.is_set():
             return False
+        serving = registry_for(self.cfg).serving_version()
         for pass_id in self.windows:
             raw = self.r.hgetall(self.keys.pass_status(pass_id))
             status = {k: json.loads(v) for k, v in raw.items()}
-            rejected = (status.get("gate") or {}).get("passed") is False
-            if not (status.get("delivered") or rejected):
+            if not pass_finished(pass_id, status, serving):
                 return False
         return True
 

@@ -61,6 +61,7 @@ import pyarrow.parquet as pq
 import redis
 
 from ops.airflow_local import LocalAirflow
+from ops.status import pass_finished
 from serving_export.artifact import verify_artifact, version_dir
 from serving_export.delivery import registry_for
 from streaming.producer import (
@@ -389,16 +390,17 @@ class Soak:
 
     def pass_states(self) -> dict[str, tuple[float | None, bool]]:
         """Each complete pass: when its training started, and whether it is finished
-        (delivered, or rejected by the gate). Empty while Redis is away."""
+        (delivered, rejected by the gate, or caught up with a newer pass serving). Empty
+        while Redis is away."""
         try:
             r, keys = connect(self.cfg.redis), RedisKeys(self.cfg.name)
+            serving = registry_for(self.cfg).serving_version()
             states = {}
             for pass_id in self.complete():
                 raw = r.hgetall(keys.pass_status(pass_id))
                 status = {k: json.loads(v) for k, v in raw.items()}
-                rejected = (status.get("gate") or {}).get("passed") is False
                 started = (status.get("train") or {}).get("started_at")
-                states[pass_id] = (started, bool(status.get("delivered")) or rejected)
+                states[pass_id] = (started, pass_finished(pass_id, status, serving))
             return states
         except redis.RedisError:
             return {}

@@ -13,6 +13,7 @@ from ops.status import (
     flag_untrained,
     format_table,
     needs_attention,
+    pass_finished,
     stale_after_seconds,
 )
 from streamrec.passes import PartitionHold
@@ -59,6 +60,18 @@ def test_table_shows_dashes_where_a_stage_has_not_reached_the_pass() -> None:
     assert lines[0].split()[:3] == ["pass", "rows", "late"]
     assert "0.7000" in lines[2] and lines[3].split()[1] == "-"
     assert lines[3].endswith("not trained yet")
+
+
+def test_a_pass_is_finished_delivered_rejected_or_caught_up_under_a_newer_version() -> None:
+    gate = {"passed": True, "auc": 0.7, "serving_auc": None, "reasons": []}
+    p = "202601010010"
+    assert pass_finished(p, {"gate": gate, "delivered": {"version": p}}, "202601010010")
+    assert pass_finished(p, {"gate": {**gate, "passed": False}}, None)
+    assert not pass_finished(p, {"gate": gate}, "202601010020")  # its own run still to deliver
+    caught = {"gate": gate, "caught_up": {"by_run_of": "202601010000"}}
+    assert pass_finished(p, caught, "202601010020") and pass_finished(p, caught, p)
+    assert not pass_finished(p, caught, "202601010000")  # the catch-up's export to come
+    assert not pass_finished(p, {"caught_up": caught["caught_up"]}, "202601010020")  # training
 
 
 TARGET = stale_after_seconds(pass_minutes=1)
