@@ -25,14 +25,28 @@ the last one, so both sides include the warm-up pass's training and a few second
 next window's ingestion: a little high, on both alike.
 
     .venv/bin/python bench/e2e.py [--rate 200] [--passes 10]
+    .venv/bin/python bench/e2e.py --sweep 500,2000,5000,10000,20000 [--passes 3]
 
 Ends with ``RESULT freshness_p50_s``, ``overhead_p50_s`` (streamrec's) and
 ``freshness_ratio`` (streamrec's p50 over the reference's).
+
+**The sweep** runs the above at each rate, from the lowest, on fresh services each time,
+and judges each pipeline: a rate is **sustained** when every measured pass is served,
+every impression sent in its window (the producer counts them) is trained, no pass is
+served more than ``BEHIND_SLACK_S`` later after its window than the one before it, and
+freshness p50 is under a minute. A pipeline that does not sustain a rate runs no higher
+one (the other then has the machine). It prints a side-by-side table per rate (events/s
+trained, freshness p50 and max, the lag of each stage, CPU per 1k events, peak PSS),
+draws events trained and freshness against the offered rate to ``--out``, and ends with
+``RESULT max_rate_eps`` (streamrec's highest sustained rate) and ``RESULT
+max_rate_ratio`` (over the reference's). Freshness alone would reward a pipeline that
+drops what arrives after its cut; this counts the loss.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -54,6 +68,7 @@ from pipeline import REPO, STREAMREC, bench_config
 
 from demo.live import live_config
 from ops.airflow_local import LocalAirflow
+from ops.charts import ReferenceLine, Series, YRange, chart_page, line_chart
 from streaming.producer import produce_live
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.errors import ContractError
@@ -64,6 +79,8 @@ from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
 
 OURS, REFERENCE, SHARED = "streamrec", "reference", "broker"
+MAX_FRESHNESS_P50_S = 60.0  # a rate is sustained only with freshness p50 under this
+BEHIND_SLACK_S = 6.0  # a pass this much later than the one before it: falling behind
 
 
 @dataclass
@@ -261,89 +278,159 @@ def _after(t: float | None, end: float) -> str:
     return f"{t - end:7.1f}" if t else f"{'-':>7}"
 
 
-def report(
+@dataclass
+class Outcome:
+    """One pipeline at one rate: its figures, and whether it sustained the rate."""
+
+    figures: dict[str, Any]
+    sustained: bool
+    why: str  # what broke it, or "" when sustained
+
+
+def _verdict(lags: list[float | None], trained: list[int], sent: list[int]) -> tuple[bool, str]:
+    """Sustained: every measured pass served with every event sent in its window trained,
+    no pass further behind than the one before it (by more than ``BEHIND_SLACK_S``), and
+    freshness p50 under ``MAX_FRESHNESS_P50_S``."""
+    if any(lag is None for lag in lags):
+        return False, f"{sum(lag is None for lag in lags)} of {len(lags)} passes not served"
+    lost = sum(sent) - sum(trained)
+    if any(t < n for t, n in zip(trained, sent, strict=True)):
+        return False, f"{lost} of {sum(sent)} events not trained"
+    served = [lag for lag in lags if lag is not None]
+    growing = [b - a for a, b in itertools.pairwise(served) if b - a > BEHIND_SLACK_S]
+    if growing:
+        return False, f"falling behind: a pass {max(growing):.0f} s later than the one before"
+    if statistics.median(served) >= MAX_FRESHNESS_P50_S:
+        return False, f"freshness p50 {statistics.median(served):.0f} s"
+    return True, ""
+
+
+def summarize(
     cfg: PipelineConfig,
     measured: list[str],
-    ours: list[dict],
-    theirs: dict[str, dict],
+    ours: list[dict] | None,
+    theirs: dict[str, dict] | None,
+    sent: dict[str, int],
+    meter: TreeMeter,
+) -> dict[str, Outcome]:
+    """Each pipeline that ran: its figures and its verdict."""
+    minutes, lateness = cfg.passes.pass_minutes, cfg.passes.allowed_lateness_seconds
+    span = len(measured) * minutes * 60
+    end = {p: window_ms(p, minutes)[1] / 1000 for p in measured}
+    per_pass: dict[str, list[dict]] = {}
+    if ours is not None:
+        by = {o["pass_id"]: o for o in ours}
+        per_pass[OURS] = [
+            {
+                "rows": by.get(p, {}).get("rows", 0),
+                "served": by.get(p, {}).get("served"),
+                "train_s": by.get(p, {}).get("train_s") or 0.0,
+                **{k: by.get(p, {}).get(k) for k in ("complete", "started", "trained")},
+            }
+            for p in measured
+        ]
+    if theirs is not None:
+        per_pass[REFERENCE] = [
+            {
+                "rows": theirs.get(p, {}).get("rows", 0),
+                "served": theirs.get(p, {}).get("done"),
+                "train_s": theirs.get(p, {}).get("train_s", 0.0),
+                "started": theirs.get(p, {}).get("started"),
+            }
+            for p in measured
+        ]
+    outcomes = {}
+    for name, rows in per_pass.items():
+        lags = [
+            r["served"] - end[p] if r["served"] else None
+            for p, r in zip(measured, rows, strict=True)
+        ]
+        served = [lag for lag in lags if lag is not None]
+        trained = sum(r["rows"] for r in rows)
+        train_s = sum(r["train_s"] for r in rows)
+        cpu = meter.between(name, "start", "done") if f"{name}/done" in meter.marks else None
+        figures: dict[str, Any] = {
+            "served": f"{len(served)}/{len(measured)}",
+            "events sent": sum(sent.get(p, 0) for p in measured),
+            "events/s trained": trained / span,
+            "training samples/s": trained / train_s if train_s else 0.0,
+            "freshness p50 s": statistics.median(served) if served else float("nan"),
+            "freshness max s": max(served, default=float("nan")),
+            "overhead p50 s": statistics.median(served) - lateness if served else float("nan"),
+            "CPU s per 1k events": cpu / trained * 1000 if cpu and trained else float("nan"),
+            "peak PSS MiB": meter.peak_pss.get(name, 0.0) / 2**20,
+        }
+        for stage in ("complete", "started", "trained"):
+            times = [r[stage] - end[p] for p, r in zip(measured, rows, strict=True) if r.get(stage)]
+            if times:
+                figures[f"{stage} p50 s"] = statistics.median(times)
+        if cpu and trained:
+            for key in meter.cpu:
+                if key.startswith(f"{name}:"):
+                    part = meter.between(key, "start", "done") / trained * 1000
+                    figures[f"CPU/1k {key.split(':')[1]}"] = part
+        ok, why = _verdict(lags, [r["rows"] for r in rows], [sent.get(p, 0) for p in measured])
+        outcomes[name] = Outcome(figures, ok, why)
+    return outcomes
+
+
+def print_run(
+    cfg: PipelineConfig,
+    measured: list[str],
+    ours: list[dict] | None,
+    theirs: dict[str, dict] | None,
+    outcomes: dict[str, Outcome],
     meter: TreeMeter,
     rate: float,
 ) -> None:
-    """The per-pass table, both pipelines' figures side by side, the RESULT lines."""
-    minutes, lateness = cfg.passes.pass_minutes, cfg.passes.allowed_lateness_seconds
+    """The per-pass table and the pipelines' figures side by side."""
+    minutes = cfg.passes.pass_minutes
     print("\nseconds after each window's end (freshness = served):")
     print(
         f"{'pass':<13}{'rows':>7} | streamrec {'complete':>8} {'trains':>7} {'trained':>7}"
         f" {'served':>7} {'AUC':>6} | reference {'rows':>6} {'job':>7} {'served':>7}"
     )
-    for o in ours:
-        end = window_ms(o["pass_id"], minutes)[1] / 1000
-        t = theirs.get(o["pass_id"], {})
-        auc = f"{o['auc']:6.3f}" if o["auc"] else f"{'-':>6}"
+    by = {o["pass_id"]: o for o in ours or []}
+    for pass_id in measured:
+        end = window_ms(pass_id, minutes)[1] / 1000
+        o, t = by.get(pass_id, {}), (theirs or {}).get(pass_id, {})
+        auc = f"{o['auc']:6.3f}" if o.get("auc") else f"{'-':>6}"
         print(
-            f"{o['pass_id']:<13}{o['rows']:>7} | {'':9} {_after(o['complete'], end):>8}"
-            f" {_after(o['started'], end)} {_after(o['trained'], end)} {_after(o['served'], end)}"
-            f" {auc} | {'':9} {t.get('rows', 0):>6} {_after(t.get('started'), end)}"
-            f" {_after(t.get('done'), end)}"
+            f"{pass_id:<13}{o.get('rows', 0):>7} | {'':9} {_after(o.get('complete'), end):>8}"
+            f" {_after(o.get('started'), end)} {_after(o.get('trained'), end)}"
+            f" {_after(o.get('served'), end)} {auc} | {'':9} {t.get('rows', 0):>6}"
+            f" {_after(t.get('started'), end)} {_after(t.get('done'), end)}"
         )
-    span = len(measured) * minutes * 60
-    figures = {}
-    for name, served, rows, train in (
-        (
-            OURS,
-            [o["served"] - window_ms(o["pass_id"], minutes)[1] / 1000 for o in ours if o["served"]],
-            sum(o["rows"] for o in ours),
-            sum(o["train_s"] or 0 for o in ours),
-        ),
-        (
-            REFERENCE,
-            [
-                theirs[p]["done"] - window_ms(p, minutes)[1] / 1000
-                for p in measured
-                if theirs.get(p, {}).get("done")
-            ],
-            sum(theirs.get(p, {}).get("rows", 0) for p in measured),
-            sum(theirs.get(p, {}).get("train_s", 0) for p in measured),
-        ),
-    ):
-        cpu = meter.between(name, "start", "done") if f"{name}/done" in meter.marks else None
-        figures[name] = {
-            "served": f"{len(served)}/{len(measured)}",
-            "events/s trained": rows / span,
-            "training samples/s": rows / train if train else 0.0,
-            "freshness p50 s": statistics.median(served) if served else float("nan"),
-            "freshness max s": max(served, default=float("nan")),
-            "overhead p50 s": statistics.median(served) - lateness if served else float("nan"),
-            "CPU s per 1k events": cpu / rows * 1000 if cpu and rows else float("nan"),
-            "peak PSS MiB": meter.peak_pss.get(name, 0.0) / 2**20,
-        }
     print(f"\nmeasured: {len(measured)} one-minute passes, stream {rate:g} impressions/s")
-    print(f"  {'':<22}{OURS:>12}{REFERENCE:>12}")
-    for key, value in figures[OURS].items():
-        other = figures[REFERENCE][key]
-        fmt = (lambda v: f"{v:12}") if isinstance(value, str) else (lambda v: f"{v:12.2f}")
-        print(f"  {key:<22}{fmt(value)}{fmt(other)}")
-    if f"{OURS}/done" in meter.marks:
-        rows = sum(o["rows"] for o in ours) / 1000
-        shares = ", ".join(
-            f"{key.split(':')[1]} {meter.between(key, 'start', 'done') / rows:.2f}"
-            for key in meter.cpu
-            if key.startswith(f"{OURS}:")
-        )
-        print(f"  {OURS} CPU s per 1k events by part: {shares}")
+    names = list(outcomes)
+    print(f"  {'':<24}" + "".join(f"{n:>12}" for n in names))
+    keys = list(dict.fromkeys(k for o in outcomes.values() for k in o.figures))
+    for key in keys:
+        cells = []
+        for n in names:
+            v = outcomes[n].figures.get(key)
+            cells.append(
+                f"{'-':>12}"
+                if v is None
+                else f"{v:>12}"
+                if isinstance(v, str | int)
+                else f"{v:12.2f}"
+            )
+        print(f"  {key:<24}" + "".join(cells))
+    for n, o in outcomes.items():
+        print(f"  {n}: {'sustained' if o.sustained else 'not sustained: ' + o.why}")
     print(
         f"  shared: broker {meter.cpu.get(SHARED, 0):.0f} CPU s,"
         f" peak {meter.peak_pss.get(SHARED, 0) / 2**20:.0f} MiB"
     )
-    ours_p50 = figures[OURS]["freshness p50 s"]
-    print(f"RESULT freshness_p50_s {ours_p50:.1f}")
-    print(f"RESULT overhead_p50_s {figures[OURS]['overhead p50 s']:.1f}")
-    print(f"RESULT freshness_ratio {ours_p50 / figures[REFERENCE]['freshness p50 s']:.2f}")
 
 
-def run(rate: float, passes: int, root: Path) -> None:
+def run(
+    rate: float, passes: int, root: Path, pipelines: tuple[str, ...] = (OURS, REFERENCE)
+) -> dict[str, Outcome]:
+    """Both pipelines (or those named) on one live stream of ``rate`` impressions/s."""
     logs = root / "logs"
-    logs.mkdir()
+    logs.mkdir(parents=True)
     with ExitStack() as stack:
         services = stack.enter_context(local_services(root / "services"))
         meter = TreeMeter()
@@ -362,29 +449,35 @@ def run(rate: float, passes: int, root: Path) -> None:
             measured.append(_next(measured[-1], minutes))
 
         stop_stream = threading.Event()
+        sent: dict[str, int] = {}
         producer = threading.Thread(
-            target=produce_live, args=(cfg, rate, stop_stream), name="stream", daemon=True
+            target=produce_live,
+            args=(cfg, rate, stop_stream),
+            kwargs={"sent_by_window": sent},
+            name="stream",
+            daemon=True,
         )
         producer.start()
         stack.callback(producer.join, 30)
         stack.callback(stop_stream.set)
         print(
-            f"stream from {stream_start:%H:%M:%S}; warm-up pass {warmup},"
-            f" measured {measured[0]}..{measured[-1]}",
+            f"stream of {rate:g}/s from {stream_start:%H:%M:%S} for {', '.join(pipelines)}; "
+            f"warm-up pass {warmup}, measured {measured[0]}..{measured[-1]}",
             flush=True,
         )
-        ref_root = root / REFERENCE
-        ref_root.mkdir()
-        reference = _spawn(
-            stack,
-            logs / "reference.log",
-            sys.executable,
-            str(REPO / "bench" / "reference_pipeline.py"),
-            *("--config", str(config_path), "--root", str(ref_root), "--first", warmup),
-            *("--passes", str(passes + 1)),
-        )
-        meter.add(REFERENCE, "consumer and jobs", reference.pid)
-        watch = start_streamrec(stack, cfg, config_path, logs, meter)
+        ref_root, reference = root / REFERENCE, None
+        if REFERENCE in pipelines:
+            ref_root.mkdir()
+            reference = _spawn(
+                stack,
+                logs / "reference.log",
+                sys.executable,
+                str(REPO / "bench" / "reference_pipeline.py"),
+                *("--config", str(config_path), "--root", str(ref_root), "--first", warmup),
+                *("--passes", str(passes + 1)),
+            )
+            meter.add(REFERENCE, "consumer and jobs", reference.pid)
+        watch = start_streamrec(stack, cfg, config_path, logs, meter) if OURS in pipelines else None
         threading.Thread(target=meter.run, name="meter", daemon=True).start()
         stack.callback(meter.stop)
 
@@ -392,31 +485,126 @@ def run(rate: float, passes: int, root: Path) -> None:
         if late_s > 0:  # the warm-up pass would not be one: measured passes would catch up
             raise SystemExit(f"start-up ran {late_s:.0f}s into the first measured window")
         time.sleep(-late_s)
-        for group in (OURS, REFERENCE):
+        for group in pipelines:
             meter.mark(group, "start")
         last, ref_file = measured[-1], ref_root / "passes.jsonl"
-        deadline = window_ms(last, minutes)[1] / 1000 + 600
+        # a pipeline that has not served the last pass by then has fallen behind for good
+        deadline = window_ms(last, minutes)[1] / 1000 + MAX_FRESHNESS_P50_S * 3
         while time.time() < deadline:
             theirs = _read_jsonl(ref_file)
-            if last in watch.first_seen and f"{OURS}/done" not in meter.marks:
+            if watch and last in watch.first_seen and f"{OURS}/done" not in meter.marks:
                 meter.mark(OURS, "done")
-            if last in theirs and f"{REFERENCE}/done" not in meter.marks:
+            if reference and last in theirs and f"{REFERENCE}/done" not in meter.marks:
                 meter.mark(REFERENCE, "done")
-            if f"{OURS}/done" in meter.marks and f"{REFERENCE}/done" in meter.marks:
+            if all(f"{g}/done" in meter.marks for g in pipelines):
                 break
-            if reference.poll() is not None and last not in theirs:
+            if reference and reference.poll() is not None and last not in theirs:
                 raise SystemExit(f"the reference pipeline failed; see {logs / 'reference.log'}")
             print(
                 f"\r  {datetime.now(UTC):%H:%M:%S} streamrec serves"
-                f" {max(list(watch.first_seen), default='-')}, reference exported"
-                f" {max(theirs, default='-')}",
+                f" {max(list(watch.first_seen) if watch else [], default='-')}, reference"
+                f" exported {max(theirs, default='-')}",
                 end="",
                 flush=True,
             )
             time.sleep(2)
         print()
-        ours = ours_by_pass(cfg, measured, watch.first_seen)
-        report(cfg, measured, ours, _read_jsonl(ref_file), meter, rate)
+        for group in pipelines:  # a pipeline that fell behind: its CPU up to now
+            if f"{group}/done" not in meter.marks:
+                meter.mark(group, "done")
+        ours = ours_by_pass(cfg, measured, watch.first_seen) if watch else None
+        theirs = _read_jsonl(ref_file) if reference else None
+        outcomes = summarize(cfg, measured, ours, theirs, sent, meter)
+        print_run(cfg, measured, ours, theirs, outcomes, meter, rate)
+        return outcomes
+
+
+def sweep(rates: list[float], passes: int, root: Path, out: Path) -> None:
+    """``run`` at each rate, fresh services each time; a pipeline that does not sustain a
+    rate runs no higher one. The side-by-side table, the charts, the RESULT lines."""
+    active = [OURS, REFERENCE]
+    results: dict[float, dict[str, Outcome]] = {}
+    for rate in rates:
+        if not active:
+            break
+        results[rate] = run(rate, passes, root / f"rate-{rate:g}", tuple(active))
+        active = [n for n in active if results[rate][n].sustained]
+    columns = [
+        ("events/s trained", "{:.0f}"),
+        ("freshness p50 s", "{:.1f}"),
+        ("freshness max s", "{:.1f}"),
+        ("complete p50 s", "{:.1f}"),
+        ("started p50 s", "{:.1f}"),
+        ("trained p50 s", "{:.1f}"),
+        ("CPU s per 1k events", "{:.2f}"),
+        ("peak PSS MiB", "{:.0f}"),
+    ]
+    print("\nthe sweep: per rate, each pipeline (lags in seconds after the window's end)")
+    print(
+        f"{'rate':>7} {'pipeline':<10}" + "".join(f"{c[:16]:>17}" for c, _ in columns) + "  verdict"
+    )
+    for rate, outcomes in results.items():
+        for name, o in outcomes.items():
+            cells = [fmt.format(o.figures[c]) if c in o.figures else "-" for c, fmt in columns]
+            verdict = "sustained" if o.sustained else o.why
+            print(f"{rate:>7g} {name:<10}" + "".join(f"{c:>17}" for c in cells) + f"  {verdict}")
+        parts = {
+            k: v
+            for k, v in outcomes.get(OURS, Outcome({}, False, "")).figures.items()
+            if k.startswith("CPU/1k ")
+        }
+        if parts:
+            print(
+                f"{'':>18}streamrec CPU s per 1k events by part: "
+                + ", ".join(f"{k[7:]} {v:.2f}" for k, v in parts.items())
+            )
+
+    def ceiling(name: str) -> float:
+        return max((r for r, o in results.items() if name in o and o[name].sustained), default=0.0)
+
+    ours, theirs = ceiling(OURS), ceiling(REFERENCE)
+    print(
+        f"highest rate sustained (every event trained, not falling behind, freshness p50 under "
+        f"{MAX_FRESHNESS_P50_S:.0f} s): streamrec {ours:g}/s, reference {theirs:g}/s"
+    )
+    x = list(results)
+
+    def series(name: str, key: str) -> Series:
+        return Series(
+            name, [results[r][name].figures.get(key) if name in results[r] else None for r in x]
+        )
+
+    charts = [
+        line_chart(
+            "sweep-trained",
+            "Events trained per second",
+            x,
+            [
+                series(OURS, "events/s trained"),
+                series(REFERENCE, "events/s trained"),
+                Series("offered", x),
+            ],
+            x_label="offered impressions/s",
+            y_label="events/s trained",
+            y_range=YRange(floor=0.0),
+            x_scale="log",
+        ),
+        line_chart(
+            "sweep-freshness",
+            "Freshness p50 (serving time - window end)",
+            x,
+            [series(OURS, "freshness p50 s"), series(REFERENCE, "freshness p50 s")],
+            x_label="offered impressions/s",
+            y_label="seconds",
+            references=[ReferenceLine(MAX_FRESHNESS_P50_S, "sustained below")],
+            y_range=YRange(floor=0.0),
+            x_scale="log",
+        ),
+    ]
+    out.write_text(chart_page("bench/e2e.py: the rate sweep", charts, hardware_line()))
+    print(f"charts: {out}")
+    print(f"RESULT max_rate_eps {ours:g}")
+    print(f"RESULT max_rate_ratio {ours / theirs if theirs else float('inf'):.2f}")
 
 
 def main() -> int:
@@ -425,15 +613,28 @@ def main() -> int:
     )
     parser.add_argument("--rate", type=float, default=200, help="impressions per second")
     parser.add_argument("--passes", type=int, default=10, help="measured one-minute passes")
+    parser.add_argument(
+        "--sweep", help="comma-separated rates, e.g. 500,2000,5000,10000,20000: the ceilings"
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-e2e-sweep.html"))
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args()
     print(f"hardware: {hardware_line()}", flush=True)
-    if args.keep:
-        args.keep.mkdir(parents=True)
-        run(args.rate, args.passes, args.keep)
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            run(args.rate, args.passes, Path(tmp))
+    with ExitStack() as stack:
+        if args.keep:
+            args.keep.mkdir(parents=True)
+            root = args.keep
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        if args.sweep:
+            rates = sorted(float(r) for r in args.sweep.split(","))
+            sweep(rates, args.passes, root, args.out.resolve())
+            return 0
+        outcomes = run(args.rate, args.passes, root)
+    ours, theirs = outcomes[OURS].figures, outcomes[REFERENCE].figures
+    print(f"RESULT freshness_p50_s {ours['freshness p50 s']:.1f}")
+    print(f"RESULT overhead_p50_s {ours['overhead p50 s']:.1f}")
+    print(f"RESULT freshness_ratio {ours['freshness p50 s'] / theirs['freshness p50 s']:.2f}")
     return 0
 
 

@@ -188,3 +188,24 @@ def _inline(svg: str, chart_id: str, title: str, tips: dict[str, tuple[str, str]
             1,
         )
     return svg
+
+
+def chart_page(title: str, charts: Sequence[str], note: str = "") -> str:
+    """One self-contained HTML page of ``charts`` (``line_chart`` output) under ``title``,
+    with ``note`` (e.g. the machine) as a line of text: what the benchmarks write beside
+    their output."""
+    sections = "\n".join(f"<section>{chart}</section>" for chart in charts)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
+section {{ display: inline-block; vertical-align: top; margin: 0 1em 1em 0; }}
+section svg {{ max-width: 100%; height: auto; }}
+</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<p>{html.escape(note)}</p>
+{sections}
+</body></html>
+"""

@@ -171,10 +171,12 @@ def produce_live(
     stop: threading.Event,
     tick_s: float = 0.5,
     progress_every_s: float = 0,
+    sent_by_window: dict[str, int] | None = None,
 ) -> int:
     """A live synthetic stream until ``stop`` is set: impressions timed now, ``rate`` per
     second, each click sent when its time comes; each closed window's best reachable AUC is
-    recorded for reports. Returns the impressions sent."""
+    recorded for reports. Returns the impressions sent; ``sent_by_window`` (if given) gets
+    the impressions sent in each window (pass id -> count) as they are sent."""
     ensure_event_topics(cfg)
     # A run-specific id prefix: a restarted live producer must not reuse event ids.
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic, id_prefix=f"live{int(time.time())}")
@@ -206,6 +208,9 @@ def produce_live(
                         seq += 1
                         heapq.heappush(clicks, (event["click_time"], seq, event))
                 sent += n
+                if sent_by_window is not None:
+                    window = compose_pass_id(last_ms, cfg.passes.pass_minutes)
+                    sent_by_window[window] = sent_by_window.get(window, 0) + n
             while clicks and clicks[0][0] <= now_ms:
                 _send(producer, cfg.join.clicks_topic, heapq.heappop(clicks)[2])
             last_ms = now_ms

@@ -268,7 +268,11 @@ class ClusterConfig(_Strict):
     )
     use_gpu: bool = Field(False, description="Train on GPU workers (needs paddlepaddle-gpu).")
     command_timeout_seconds: float = Field(
-        900, gt=0, description="How long a caller waits for the cluster to finish one command."
+        900,
+        gt=0,
+        description="How long a caller waits for the cluster to finish one command. Keep it "
+        "above the daily save of your table: about 6.4 s per million keys a server on a "
+        "2-core host (bench/scale.py).",
     )
     start_timeout_seconds: float = Field(
         180, gt=0, description="How long the launcher waits for every worker's first heartbeat."

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -197,6 +198,7 @@ class WorkerChannel:
         self.started_ms = started_ms  # when the launcher started this cluster (Redis time)
         self._heartbeat_s = heartbeat_s
         self._state = self._command_state = "starting"
+        self._hold_until = 0.0  # monotonic time until which heartbeats must live
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
@@ -207,12 +209,18 @@ class WorkerChannel:
         """What the worker is doing, e.g. ``train 202601010000``; sent at once (a launcher
         stopping the cluster reads it) and with each heartbeat."""
         self._state = self._command_state = state
+        self._hold_until = 0.0
         self._publish()
 
-    def set_stage(self, stage: str) -> None:
+    def set_stage(self, stage: str, hold_s: float = 0.0) -> None:
         """The stage within the current command: ``train 202601010000: evaluate``; sent at
-        once (a stage of a small pass can be shorter than a heartbeat period)."""
+        once (a stage of a small pass can be shorter than a heartbeat period). ``hold_s``:
+        the stage blocks this process's heartbeats (Paddle's save and shrink hold the GIL
+        until they return), so this heartbeat lives that long."""
         self._state = f"{self._command_state}: {stage}"
+        # every heartbeat of the stage keeps the hold: the thread's own beat just before
+        # the call blocks must not shorten it
+        self._hold_until = time.monotonic() + hold_s
         self._publish()
 
     def _publish(self) -> None:
@@ -224,7 +232,8 @@ class WorkerChannel:
             "state": self._state,
             "ts": time.time(),
         }
-        ttl = max(1, int(3 * self._heartbeat_s + 1))
+        hold_s = self._hold_until - time.monotonic()
+        ttl = max(1, int(3 * self._heartbeat_s + 1), math.ceil(hold_s))
         try:
             self._r.set(self._keys.heartbeat(WORKER, self.rank), json.dumps(payload), ex=ttl)
         except redis.RedisError as e:

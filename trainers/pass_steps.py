@@ -75,7 +75,8 @@ class WorkerContext:
     exe: Any
     rank: int
     workers: int
-    report: Callable[[str], None] = lambda stage: None  # e.g. into the worker's heartbeat
+    # the stage and how long it may block heartbeats, e.g. into the worker's heartbeat
+    report: Callable[[str, float], None] = lambda stage, hold_s: None
     chain: list[CheckpointInfo] = field(default_factory=list)  # the saves the model is in
     table_keys: np.ndarray = field(  # worker 0: keys in the sparse table, from the saves
         default_factory=lambda: np.empty(0, dtype=np.uint64)
@@ -88,14 +89,20 @@ class WorkerContext:
         return self.rank == 0
 
     @contextmanager
-    def stage(self, name: str, seconds: dict[str, float]) -> Iterator[None]:
-        """Report the stage ``name`` and record its wall time (seconds) in ``seconds``."""
-        self.report(name)
+    def stage(self, name: str, seconds: dict[str, float], blocking: bool = False) -> Iterator[None]:
+        """Report the stage ``name`` and record its wall time (seconds) in ``seconds``.
+        ``blocking``: a call on the whole table that holds the GIL until it returns (a
+        save, a shrink), so the heartbeat sent now must outlive it (``blocking_hold_s``)."""
+        self.report(name, blocking_hold_s(self.table_size()) if blocking else 0.0)
         start = time.perf_counter()
         try:
             yield
         finally:
             seconds[name] = round(time.perf_counter() - start, 3)
+
+    def table_size(self) -> int:
+        """Keys in the sparse table as of the newest save (0 for a fresh model)."""
+        return self.chain[-1].table_keys if self.chain else 0
 
     def leader_only(self, step: Callable[[], T]) -> T | None:
         """Run ``step`` on worker 0 only, then wait for it on every worker (an all-reduce);
@@ -114,6 +121,19 @@ class WorkerContext:
         if failed:
             raise RuntimeError("worker 0 failed this step; its log has the cause")
         return value
+
+
+# Measured on bench/scale.py's tables (2 cores): a base save takes 6.4 s per million keys
+# and heartbeats stop for all of it; a delta of 2M new keys 5-12 s. The hold is five
+# times that, so a heartbeat outlives the call on a busier or slower machine.
+BLOCKING_S_PER_MILLION_KEYS = 30.0
+BLOCKING_S_MIN = 60.0
+
+
+def blocking_hold_s(table_keys: int) -> float:
+    """How long a heartbeat sent before a blocking call on a table of ``table_keys`` keys
+    must live: the client waits that long before it calls the cluster gone."""
+    return BLOCKING_S_MIN + BLOCKING_S_PER_MILLION_KEYS * table_keys / 1e6
 
 
 def agree_any(flag: bool) -> bool:
@@ -390,7 +410,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         "trained_at": time.time(),
     }
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
-    with ctx.stage("save", seconds):
+    with ctx.stage("save", seconds, blocking=True):
         info = _save(ctx, pass_id, kind, command_id, manifest, result)
     result["checkpoint"] = _checkpoint_summary(ctx, info)
     return result
@@ -409,10 +429,10 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any
         )
     keys_before = ctx.chain[-1].table_keys
     seconds: dict[str, float] = {}
-    with ctx.stage("shrink", seconds):
+    with ctx.stage("shrink", seconds, blocking=True):
         fleet.shrink()
     manifest = read_manifest(pass_dir(ctx.cfg.paths.data_root, pass_id))
-    with ctx.stage("save", seconds):
+    with ctx.stage("save", seconds, blocking=True):
         info = _save(ctx, pass_id, "daily", command_id, manifest, ctx.chain[-1].train)
     return {
         "pass_id": pass_id,

@@ -1,11 +1,17 @@
-"""Pure logic of the control plane: which ``stop`` commands a starting cluster obeys."""
+"""The control plane: which ``stop`` commands a starting cluster obeys (pure logic), and
+how long a worker's heartbeat lives (on a real redis-server)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from streamrec.config import RedisConfig
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.control_plane import Command, WorkerChannel
+from trainers.control_plane import WORKER, Command, WorkerChannel
+from trainers.pass_steps import blocking_hold_s
 
 STARTED_MS = 1_700_000_000_000
 
@@ -35,3 +41,22 @@ def test_only_a_stop_sent_before_the_start_is_stale(
 def test_a_cluster_started_without_a_start_time_obeys_every_stop() -> None:
     channel = WorkerChannel(None, RedisKeys("t"), 0, 1.0)  # type: ignore[arg-type]
     assert not channel.stale_stop(Command("c1", "stop", "", "1-0"))
+
+
+def test_a_blocking_stage_heartbeat_outlives_the_call(services) -> None:
+    """Paddle's save and shrink hold the GIL, so the heartbeat thread is silent for all of
+    a save (63 s for 10M keys here): the heartbeat sent as it starts lives that long, and
+    the next stage's is short again."""
+    r = connect(RedisConfig(url=services.redis_url))
+    keys = RedisKeys(f"hold-{time.time_ns()}")
+    channel = WorkerChannel(r, keys, 0, 1.0)
+    channel.set_state("maintain 202601010000")
+    assert 0 < r.ttl(keys.heartbeat(WORKER, 0)) <= 4
+    channel.set_stage("save", hold_s=blocking_hold_s(16_000_000))
+    assert r.ttl(keys.heartbeat(WORKER, 0)) > 5 * 6.4 * 16  # 5x the measured base save
+    channel.start_heartbeat()  # its beats before the call blocks keep the hold
+    time.sleep(2.5)
+    assert r.ttl(keys.heartbeat(WORKER, 0)) > 5 * 6.4 * 16
+    channel.set_stage("publish")
+    assert 0 < r.ttl(keys.heartbeat(WORKER, 0)) <= 4
+    channel.stop_heartbeat()
