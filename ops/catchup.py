@@ -68,9 +68,13 @@ def next_in_backlog(cfg: PipelineConfig, pass_id: str) -> str | None:
 
 
 def caught_up_by(cfg: PipelineConfig, pass_id: str) -> dict[str, Any] | None:
-    """Which run's catch-up trained ``pass_id`` (and when), or None."""
-    raw = connect(cfg.redis).hget(RedisKeys(cfg.name).pass_status(pass_id), CAUGHT_UP_FIELD)
-    return json.loads(raw) if raw is not None else None
+    """Which run's catch-up trained ``pass_id`` (and when), or None: also while a catch-up
+    has only claimed it, so a run whose catch-up failed (and was then marked done by hand)
+    leaves the pass to its own run."""
+    mark, trained = connect(cfg.redis).hmget(
+        RedisKeys(cfg.name).pass_status(pass_id), [CAUGHT_UP_FIELD, "train"]
+    )
+    return json.loads(mark) if mark is not None and trained is not None else None
 
 
 def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> CatchUp:

@@ -1,14 +1,18 @@
-"""Which pass a run's catch-up trains next: the following complete pass, only when every
-window before it will never have a pass."""
+"""Which pass a run's catch-up trains next (the following complete pass, only when every
+window before it will never have a pass), and when a pass counts as caught up (on a real
+redis-server)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from ops.catchup import CatchUp, next_in_backlog
+from ops.catchup import CAUGHT_UP_FIELD, CatchUp, caught_up_by, next_in_backlog
 from serving_export.quality_gate import GateDecision
 from streamrec.config import PipelineConfig
 from streamrec.passes import pass_dir, slice_dir
+from streamrec.redis_conn import connect
+from streamrec.redis_keys import RedisKeys
 
 
 def _complete(root: Path, pass_id: str) -> None:
@@ -37,3 +41,15 @@ def test_the_result_crosses_xcom_as_json() -> None:
         "202601010030", ("202601010010", "202601010030"), GateDecision(True, 0.7, 0.69)
     )
     assert CatchUp.from_dict(caught.to_dict()) == caught
+
+
+def test_a_pass_counts_as_caught_up_once_trained_not_when_only_claimed(make_config) -> None:
+    """The catch-up claims a pass before it trains it; a run whose sensor sees only the
+    claim (the catch-up failed, its run was marked done by hand) must train the pass."""
+    cfg = make_config()
+    r, status = connect(cfg.redis), RedisKeys(cfg.name).pass_status("202601010010")
+    r.hset(status, CAUGHT_UP_FIELD, json.dumps({"by_run_of": "202601010000", "at": 1.0}))
+    assert caught_up_by(cfg, "202601010010") is None
+    r.hset(status, "train", json.dumps({"pass_id": "202601010010"}))
+    assert caught_up_by(cfg, "202601010010") == {"by_run_of": "202601010000", "at": 1.0}
+    assert caught_up_by(cfg, "202601010020") is None
