@@ -10,7 +10,7 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 
 | task | calls | outcome |
 | --- | --- | --- |
-| `wait_pass` | `passes.pass_state` | sensor until `_SUCCESS`; skips a window with no pass ever |
+| `wait_pass` | `passes.pass_state` | until `_SUCCESS`; skips a window with no pass or caught up |
 | `train_pass` | `ClusterClient.train` | progressive validation, training, checkpoint (delta/base) |
 | `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
 | `maintain` | `ClusterClient.maintain_if_day_ends` | after a day's last pass: shrink, daily save |
