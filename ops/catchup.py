@@ -101,5 +101,12 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
         trained.append(nxt)
         newest = nxt
     if trained:
+        # what becomes of the passes trained: only the newest can be exported, and a
+        # rejected newest leaves them all undelivered (``ops.status.pass_finished``)
+        done = json.dumps({**mark, "newest": newest, "delivers": decision.passed})
+        pipe = r.pipeline(transaction=True)
+        for caught in trained:
+            pipe.hset(keys.pass_status(caught), CAUGHT_UP_FIELD, done)
+        pipe.execute()
         log.info("caught up %d passes after %s, to %s", len(trained), pass_id, newest)
     return CatchUp(newest, tuple(trained), decision)

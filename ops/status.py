@@ -124,10 +124,14 @@ def _row(
 def pass_finished(pass_id: str, status: dict[str, Any], serving: str | None) -> bool:
     """Whether the pipeline is done with a pass, from its decoded status hash and the
     serving version: delivered, rejected by the gate, or trained by a catch-up (which
-    delivers only its newest pass) with it or a later pass serving."""
+    delivers only its newest pass) with it or a later pass serving, or with the catch-up's
+    newest pass rejected (then none of its passes is delivered)."""
     if status.get("delivered") or (status.get("gate") or {}).get("passed") is False:
         return True
-    return "caught_up" in status and "gate" in status and (serving or "") >= pass_id
+    caught = status.get("caught_up")
+    if caught is None or "gate" not in status:
+        return False
+    return (serving or "") >= pass_id or caught.get("delivers") is False
 
 
 def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None) -> list[PassRow]:

@@ -72,6 +72,10 @@ def test_a_pass_is_finished_delivered_rejected_or_caught_up_under_a_newer_versio
     assert pass_finished(p, caught, "202601010020") and pass_finished(p, caught, p)
     assert not pass_finished(p, caught, "202601010000")  # the catch-up's export to come
     assert not pass_finished(p, {"caught_up": caught["caught_up"]}, "202601010020")  # training
+    # the catch-up's newest pass was rejected: nothing of it is delivered, ever
+    done = {**caught["caught_up"], "newest": "202601010030", "delivers": False}
+    assert pass_finished(p, {**caught, "caught_up": done}, "202601010000")
+    assert not pass_finished(p, {**caught, "caught_up": {**done, "delivers": True}}, None)
 
 
 TARGET = stale_after_seconds(pass_minutes=1)
