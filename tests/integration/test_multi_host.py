@@ -88,13 +88,21 @@ def network() -> Iterator[Network]:
         yield net
 
 
-def _until(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+def _until(
+    condition: Callable[[], Any],
+    timeout_s: float,
+    what: str,
+    explain: Callable[[], str] | None = None,
+) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if value := condition():
             return value
         time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
+    pytest.fail(
+        f"timed out after {timeout_s:.0f}s waiting for {what}"
+        + (f"\n{explain()}" if explain else "")
+    )
 
 
 def _config(net: Network, root: Path) -> PipelineConfig:
@@ -304,18 +312,38 @@ class Stack:
         )
         return moment - since
 
+    def _statuses(self) -> dict[str, dict[str, Any]]:
+        raw = {p: self.r.hgetall(self.keys.pass_status(p)) for p in self.windows}
+        return {p: {k: json.loads(v) for k, v in s.items()} for p, s in raw.items()}
+
     def finished(self) -> bool:
         """Every window produced is finished: delivered, rejected by the gate, or caught up
         with a newer pass serving."""
         if not self.produced_all.is_set():
             return False
         serving = registry_for(self.cfg).serving_version()
-        for pass_id in self.windows:
-            raw = self.r.hgetall(self.keys.pass_status(pass_id))
-            status = {k: json.loads(v) for k, v in raw.items()}
+        statuses = self._statuses()
+        return all(pass_finished(p, s, serving) for p, s in statuses.items())
+
+    def unfinished(self, airflow: LocalAirflow) -> str:
+        """What the windows not finished have, what serves, and Airflow's unfinished tasks:
+        the evidence when ``finished`` never comes."""
+        serving = registry_for(self.cfg).serving_version()
+        lines = [f"produced all: {self.produced_all.is_set()}; serving: {serving}"]
+        for pass_id, status in self._statuses().items():
             if not pass_finished(pass_id, status, serving):
-                return False
-        return True
+                fields = {k: status[k] for k in ("gate", "delivered", "caught_up") if k in status}
+                lines.append(f"  {pass_id}: {sorted(status)} {fields}")
+        try:
+            runs = airflow.api("dags/streamrec_pass/dagRuns/~/taskInstances?limit=1000")
+            lines += [
+                f"  {t['run_id']} {t['task_id']}: {t['state']} (try {t['try_number']})"
+                for t in runs["task_instances"]
+                if t["state"] not in ("success", "skipped")
+            ]
+        except (OSError, ValueError, KeyError) as e:
+            lines.append(f"  Airflow's task instances unreadable: {e!r}")
+        return "\n".join(lines)
 
     def train_results(self) -> dict[str, list[dict[str, Any]]]:
         """Every train command that trained (not an 'already done' answer), by pass."""
@@ -404,7 +432,12 @@ def test_a_pipeline_over_hosts_survives_a_process_a_host_and_a_link(
         stack.host("h3").plug()
         recovery["partition (h3 cut for 12 s)"] = stack.back_to_training(since, generation)
 
-        _until(stack.finished, 900, "every window delivered or rejected")
+        _until(
+            stack.finished,
+            900,
+            "every window delivered or rejected",
+            explain=lambda: stack.unfinished(airflow),
+        )
         time.sleep(2)  # a few more answers from the final version
 
         # both replicas follow a rollback
