@@ -9,6 +9,7 @@ gate decision stored on the pass, and after a day's last pass the cluster's main
 and retention. Each is marked ``caught_up`` on its status, and its own run's sensor then
 skips that run. Only the newest pass trained is exported and delivered, if it passes the
 gate: the model has moved past the older ones, and the export is of the model as it stands.
+The run's other passes (its own first) are marked ``superseded`` by the newest.
 A window still pending ends the catch-up: passes are trained in order, none skipped.
 """
 
@@ -32,6 +33,7 @@ from trainers.control_plane import ClusterClient
 log = logging.getLogger(__name__)
 
 CAUGHT_UP_FIELD = "caught_up"
+SUPERSEDED_FIELD = "superseded"
 
 
 @dataclass(frozen=True)
@@ -101,12 +103,12 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
         trained.append(nxt)
         newest = nxt
     if trained:
-        # what becomes of the passes trained: only the newest can be exported, and a
-        # rejected newest leaves them all undelivered (``ops.status.pass_finished``)
-        done = json.dumps({**mark, "newest": newest, "delivers": decision.passed})
+        # every pass this run trained before the newest (its own first) is never exported:
+        # the newest is, if it passes the gate (``ops.status.pass_finished``)
+        superseded = json.dumps({"by": newest, "delivers": decision.passed})
         pipe = r.pipeline(transaction=True)
-        for caught in trained:
-            pipe.hset(keys.pass_status(caught), CAUGHT_UP_FIELD, done)
+        for older in [pass_id, *trained[:-1]]:
+            pipe.hset(keys.pass_status(older), SUPERSEDED_FIELD, superseded)
         pipe.execute()
         log.info("caught up %d passes after %s, to %s", len(trained), pass_id, newest)
     return CatchUp(newest, tuple(trained), decision)

@@ -123,15 +123,15 @@ def _row(
 
 def pass_finished(pass_id: str, status: dict[str, Any], serving: str | None) -> bool:
     """Whether the pipeline is done with a pass, from its decoded status hash and the
-    serving version: delivered, rejected by the gate, or trained by a catch-up (which
-    delivers only its newest pass) with it or a later pass serving, or with the catch-up's
-    newest pass rejected (then none of its passes is delivered)."""
+    serving version: delivered, rejected by the gate, or superseded by a newer pass of
+    the same run's catch-up (``ops.catchup``) that serves (or a later one does) or that
+    the gate rejected (then no pass of that run is delivered)."""
     if status.get("delivered") or (status.get("gate") or {}).get("passed") is False:
         return True
-    caught = status.get("caught_up")
-    if caught is None or "gate" not in status:
+    superseded = status.get("superseded")
+    if superseded is None:
         return False
-    return (serving or "") >= pass_id or caught.get("delivers") is False
+    return superseded["delivers"] is False or (serving or "") >= superseded["by"]
 
 
 def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None) -> list[PassRow]:

@@ -337,7 +337,7 @@ class Stack:
         try:
             runs = airflow.api("dags/streamrec_pass/dagRuns/~/taskInstances?limit=1000")
             lines += [
-                f"  {t['run_id']} {t['task_id']}: {t['state']} (try {t['try_number']})"
+                f"  {t['dag_run_id']} {t['task_id']}: {t['state']} (try {t['try_number']})"
                 for t in runs["task_instances"]
                 if t["state"] not in ("success", "skipped")
             ]
