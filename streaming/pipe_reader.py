@@ -137,7 +137,9 @@ def convert(
 ) -> int:
     """Read one Parquet file from ``source``, write the MultiSlot text of every ``every``-th
     row (the first, then each ``every`` rows on) to ``sink``; the rows written."""
-    table = pq.read_table(pa.BufferReader(source.read()))
+    # one thread: a pass is read file by file in parallel already, and Arrow's reader
+    # threads can abort a short-lived reader process at exit (apache/arrow#34314)
+    table = pq.read_table(pa.BufferReader(source.read()), use_threads=False)
     if every > 1:
         table = table.take(np.arange(0, table.num_rows, every))
     sink.write(multislot_text(table, layout, ins_id))
