@@ -83,9 +83,9 @@ def _sensor_skipped(stack: LiveStack) -> set[str]:
     }
 
 
-def _status(stack: LiveStack) -> tuple[int, list[PassRow], dict[str, Any]]:
+def _status(stack: LiveStack, limit: int = 20) -> tuple[int, list[PassRow], dict[str, Any]]:
     out = subprocess.run(
-        [CLI, "status", "--json", "--config", str(stack.config_path)],
+        [CLI, "status", "--json", "--limit", str(limit), "--config", str(stack.config_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -179,6 +179,11 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
     for p, by in caught.items():
         assert by["by_run_of"] < p and "gate" in client.pass_status(p)
     _wait(lambda: set(caught) <= _sensor_skipped(live), 300, f"the runs of {set(caught)} skipped")
+    # and `streamrec status` names the run that caught each up
+    rows = {row.pass_id: row for row in _status(live, limit=1000)[1]}
+    assert {p: rows[p].caught_up_by for p in caught} == {
+        p: by["by_run_of"] for p, by in caught.items()
+    }
 
 
 def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:
