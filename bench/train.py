@@ -102,6 +102,7 @@ class ModeRun:
     train_s: float  # the training phase, slowest worker
     command_s: float  # submit to result: metrics + training + save + control plane
     auc: float  # the pass's progressive AUC as the mode measures it
+    stages: dict[str, float]  # worker 0's seconds per stage of the command
 
 
 def _train_once(
@@ -119,7 +120,9 @@ def _train_once(
         start = time.perf_counter()
         result = cluster.client.train(pass_id)
         command = time.perf_counter() - start
-    return ModeRun(label, result["seconds"]["train"], command, result["test"]["auc"])
+    return ModeRun(
+        label, result["seconds"]["train"], command, result["test"]["auc"], result["seconds"]
+    )
 
 
 def throughput(
@@ -163,6 +166,11 @@ def throughput(
             f"  streamrec {r.label:<26} {r.train_s:10.2f}s {r.command_s:8.2f}s"
             f" {n / r.command_s:>15,.0f} {r.auc:6.3f}"
         )
+    print("  where each command's time goes (worker 0, seconds per stage):")
+    for r in runs:
+        stages = ", ".join(f"{k} {v:.2f}" for k, v in r.stages.items())
+        rest = r.command_s - sum(r.stages.values())
+        print(f"    {r.label:<26} {stages}; outside the stages {rest:.2f}")
     ref = f"{reference:10.2f}s {'':>9} {n / reference:>15,.0f}"
     print(f"  reference train_from_dataset (TSV) {ref}")
     print("  the model with each slot's signs in 2^18 buckets (the only embedding GEO takes):")
