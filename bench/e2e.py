@@ -305,15 +305,25 @@ def _verdict(lags: list[float | None], trained: list[int], sent: list[int]) -> t
     return True, ""
 
 
-def summarize(
-    cfg: PipelineConfig,
-    measured: list[str],
-    ours: list[dict] | None,
-    theirs: dict[str, dict] | None,
-    sent: dict[str, int],
-    meter: TreeMeter,
-) -> dict[str, Outcome]:
+@dataclass(frozen=True)
+class Observed:
+    """What one run at one rate saw: the measured passes, each pipeline's per-pass record
+    (None: it did not run), the impressions sent per window, and the processes' meter."""
+
+    cfg: PipelineConfig
+    rate: float
+    measured: list[str]
+    ours: list[dict] | None
+    theirs: dict[str, dict] | None
+    sent: dict[str, int]
+    meter: TreeMeter
+
+
+def summarize(seen: Observed) -> dict[str, Outcome]:
     """Each pipeline that ran: its figures and its verdict."""
+    cfg, measured, ours, theirs, sent, meter = (
+        seen.cfg, seen.measured, seen.ours, seen.theirs, seen.sent, seen.meter
+    )  # fmt: skip
     minutes, lateness = cfg.passes.pass_minutes, cfg.passes.allowed_lateness_seconds
     span = len(measured) * minutes * 60
     end = {p: window_ms(p, minutes)[1] / 1000 for p in measured}
@@ -374,17 +384,10 @@ def summarize(
     return outcomes
 
 
-def print_run(
-    cfg: PipelineConfig,
-    measured: list[str],
-    ours: list[dict] | None,
-    theirs: dict[str, dict] | None,
-    outcomes: dict[str, Outcome],
-    meter: TreeMeter,
-    rate: float,
-) -> None:
+def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
     """The per-pass table and the pipelines' figures side by side."""
-    minutes = cfg.passes.pass_minutes
+    measured, ours, theirs, meter = seen.measured, seen.ours, seen.theirs, seen.meter
+    minutes = seen.cfg.passes.pass_minutes
     print("\nseconds after each window's end (freshness = served):")
     print(
         f"{'pass':<13}{'rows':>7} | streamrec {'complete':>8} {'trains':>7} {'trained':>7}"
@@ -401,7 +404,7 @@ def print_run(
             f" {_after(o.get('served'), end)} {auc} | {'':9} {t.get('rows', 0):>6}"
             f" {_after(t.get('started'), end)} {_after(t.get('done'), end)}"
         )
-    print(f"\nmeasured: {len(measured)} one-minute passes, stream {rate:g} impressions/s")
+    print(f"\nmeasured: {len(measured)} one-minute passes, stream {seen.rate:g} impressions/s")
     names = list(outcomes)
     print(f"  {'':<24}" + "".join(f"{n:>12}" for n in names))
     keys = list(dict.fromkeys(k for o in outcomes.values() for k in o.figures))
@@ -514,8 +517,9 @@ def run(
                 meter.mark(group, "done")
         ours = ours_by_pass(cfg, measured, watch.first_seen) if watch else None
         theirs = _read_jsonl(ref_file) if reference else None
-        outcomes = summarize(cfg, measured, ours, theirs, sent, meter)
-        print_run(cfg, measured, ours, theirs, outcomes, meter, rate)
+        observed = Observed(cfg, rate, measured, ours, theirs, sent, meter)
+        outcomes = summarize(observed)
+        print_run(observed, outcomes)
         return outcomes
 
 
