@@ -317,8 +317,8 @@ class Stack:
         return {p: {k: json.loads(v) for k, v in s.items()} for p, s in raw.items()}
 
     def finished(self) -> bool:
-        """Every window produced is finished: delivered, rejected by the gate, or caught up
-        with a newer pass serving."""
+        """Every window produced is finished (``ops.status.pass_finished``): delivered,
+        rejected by the gate, or superseded by a newer pass of its run that serves."""
         if not self.produced_all.is_set():
             return False
         serving = registry_for(self.cfg).serving_version()
@@ -332,7 +332,11 @@ class Stack:
         lines = [f"produced all: {self.produced_all.is_set()}; serving: {serving}"]
         for pass_id, status in self._statuses().items():
             if not pass_finished(pass_id, status, serving):
-                fields = {k: status[k] for k in ("gate", "delivered", "caught_up") if k in status}
+                fields = {
+                    k: status[k]
+                    for k in ("gate", "delivered", "caught_up", "superseded")
+                    if k in status
+                }
                 lines.append(f"  {pass_id}: {sorted(status)} {fields}")
         try:
             runs = airflow.api("dags/streamrec_pass/dagRuns/~/taskInstances?limit=1000")

@@ -390,7 +390,7 @@ class Soak:
 
     def pass_states(self) -> dict[str, tuple[float | None, bool]]:
         """Each complete pass: when its training started, and whether it is finished
-        (delivered, rejected by the gate, or caught up with a newer pass serving). Empty
+        (delivered, rejected by the gate, or superseded by a newer pass of its run). Empty
         while Redis is away."""
         try:
             r, keys = connect(self.cfg.redis), RedisKeys(self.cfg.name)
