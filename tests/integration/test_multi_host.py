@@ -510,10 +510,12 @@ def test_a_pipeline_over_hosts_survives_a_process_a_host_and_a_link(
     causes = [h["cause"] for h in history]
     assert any("process death on h3" in c for c in causes), causes
     assert any("node h3 lost" in c for c in causes), causes
-    # h2's crash: the first agent to see it names the cause, h2's own (back 2 s later) or
-    # a survivor's, whose fleetrun dies with the lost server a second after the kill
+    # h2's crash: the first agent to see it names what it saw: h2's own (back 2 s later),
+    # or a survivor's fleetrun or worker, which die with the lost server a second after
+    # the kill, before h2's heartbeat is overdue (both seen in fresh-clone runs)
     h2_crash = [h["cause"] for h in history if h2_crashed_ms <= h["started_ms"] < h3_cut_ms]
-    assert h2_crash and all("h2" in c or "fleetrun exited" in c for c in h2_crash), history
+    seen_as = ("h2", "fleetrun exited", "process death")
+    assert h2_crash and all(any(s in c for s in seen_as) for c in h2_crash), history
     assert set(cluster["nodes"]) == {"h1", "h2", "h3"}
     assert cluster["last_restart"] is not None
     assert {r["host"] for r in replicas} == {"h1", "h3"}
