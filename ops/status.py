@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ops.catchup import CAUGHT_UP_FIELD, SUPERSEDED_FIELD
 from serving_export.delivery import registry_for
 from streaming.synthetic import read_best_auc
 from streamrec.config import PipelineConfig
@@ -110,7 +111,7 @@ def _row(
     if (delivered := status.get("delivered")) and delivered.get("at"):
         fields["delivered"] = delivered["version"]
         fields["freshness_seconds"] = delivered["at"] - end
-    if caught := status.get("caught_up"):
+    if caught := status.get(CAUGHT_UP_FIELD):
         fields["caught_up_by"] = caught["by_run_of"]
     return PassRow(
         pass_id=pass_id,
@@ -121,14 +122,14 @@ def _row(
     )
 
 
-def pass_finished(pass_id: str, status: dict[str, Any], serving: str | None) -> bool:
+def pass_finished(status: dict[str, Any], serving: str | None) -> bool:
     """Whether the pipeline is done with a pass, from its decoded status hash and the
     serving version: delivered, rejected by the gate, or superseded by a newer pass of
     the same run's catch-up (``ops.catchup``) that serves (or a later one does) or that
     the gate rejected (then no pass of that run is delivered)."""
     if status.get("delivered") or (status.get("gate") or {}).get("passed") is False:
         return True
-    superseded = status.get("superseded")
+    superseded = status.get(SUPERSEDED_FIELD)
     if superseded is None:
         return False
     return superseded["delivers"] is False or (serving or "") >= superseded["by"]

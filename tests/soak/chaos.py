@@ -400,7 +400,7 @@ class Soak:
                 raw = r.hgetall(keys.pass_status(pass_id))
                 status = {k: json.loads(v) for k, v in raw.items()}
                 started = (status.get("train") or {}).get("started_at")
-                states[pass_id] = (started, pass_finished(pass_id, status, serving))
+                states[pass_id] = (started, pass_finished(status, serving))
             return states
         except redis.RedisError:
             return {}

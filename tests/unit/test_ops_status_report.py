@@ -65,20 +65,20 @@ def test_table_shows_dashes_where_a_stage_has_not_reached_the_pass() -> None:
 def test_a_pass_is_finished_delivered_rejected_or_superseded_by_a_newer_version() -> None:
     gate = {"passed": True, "auc": 0.7, "serving_auc": None, "reasons": []}
     p = "202601010010"
-    assert pass_finished(p, {"gate": gate, "delivered": {"version": p}}, "202601010010")
-    assert pass_finished(p, {"gate": {**gate, "passed": False}}, None)
-    assert not pass_finished(p, {"gate": gate}, "202601010020")  # its own run still to deliver
+    assert pass_finished({"gate": gate, "delivered": {"version": p}}, "202601010010")
+    assert pass_finished({"gate": {**gate, "passed": False}}, None)
+    assert not pass_finished({"gate": gate}, "202601010020")  # its own run still to deliver
     claimed = {"caught_up": {"by_run_of": "202601010000"}}
-    assert not pass_finished(p, claimed, "202601010020")  # a catch-up is training it
+    assert not pass_finished(claimed, "202601010020")  # a catch-up is training it
     # the run's own pass, and a pass its catch-up trained, when the catch-up went on to
     # 0030: only 0030 is exported
     own = {"gate": gate, "superseded": {"by": "202601010030", "delivers": True}}
     for older in (own, {**own, **claimed}):
-        assert pass_finished(p, older, "202601010030") and pass_finished(p, older, "202601010040")
-        assert not pass_finished(p, older, "202601010000")  # the run's export to come
+        assert pass_finished(older, "202601010030") and pass_finished(older, "202601010040")
+        assert not pass_finished(older, "202601010000")  # the run's export to come
     # the catch-up's newest pass was rejected: no pass of that run is delivered, ever
     rejected = {**own, "superseded": {"by": "202601010030", "delivers": False}}
-    assert pass_finished(p, rejected, "202601010000") and pass_finished(p, rejected, None)
+    assert pass_finished(rejected, "202601010000") and pass_finished(rejected, None)
 
 
 TARGET = stale_after_seconds(pass_minutes=1)
