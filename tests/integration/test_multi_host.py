@@ -313,8 +313,7 @@ class Stack:
         return moment - since
 
     def _statuses(self) -> dict[str, dict[str, Any]]:
-        raw = {p: self.r.hgetall(self.keys.pass_status(p)) for p in self.windows}
-        return {p: {k: json.loads(v) for k, v in s.items()} for p, s in raw.items()}
+        return {p: self.client.pass_status(p) for p in self.windows}
 
     def finished(self) -> bool:
         """Every window produced is finished (``ops.status.pass_finished``): delivered,
@@ -323,7 +322,7 @@ class Stack:
             return False
         serving = registry_for(self.cfg).serving_version()
         statuses = self._statuses()
-        return all(pass_finished(p, s, serving) for p, s in statuses.items())
+        return all(pass_finished(s, serving) for s in statuses.values())
 
     def unfinished(self, airflow: LocalAirflow) -> str:
         """What the windows not finished have, what serves, and Airflow's unfinished tasks:
@@ -331,7 +330,7 @@ class Stack:
         serving = registry_for(self.cfg).serving_version()
         lines = [f"produced all: {self.produced_all.is_set()}; serving: {serving}"]
         for pass_id, status in self._statuses().items():
-            if not pass_finished(pass_id, status, serving):
+            if not pass_finished(status, serving):
                 fields = {
                     k: status[k]
                     for k in ("gate", "delivered", "caught_up", "superseded")
