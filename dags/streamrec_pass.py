@@ -13,16 +13,20 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | `wait_pass` | `passes.pass_state` | until `_SUCCESS`; skips a window with no pass or caught up |
 | `train_pass` | `ClusterClient.train` | progressive validation, training, checkpoint (delta/base) |
 | `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
+| `export` | `ClusterClient.export`, `delivery.publish` | the pass as an artifact; or skipped |
+| `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
 | `maintain` | `ClusterClient.maintain_if_day_ends` | after a day's last pass: shrink, daily save |
 | `retention` | `retention.apply_if_day_ends` | after a day's last pass: old data and keys |
 | `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
-| `export` | `ClusterClient.export`, `delivery.publish` | newest pass as an artifact; or skipped |
-| `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
+| `export_newest` | as `export` | the newest pass `catch_up` trained; or skipped |
+| `deliver_newest` | as `deliver` | |
 
-While behind (after an outage), `catch_up` trains up to `schedule.catchup_passes` complete
-passes after the run's own, oldest first, each with its gate decision and day-end
-maintenance, and only the newest is exported and delivered; the runs of those passes then
-find them caught up and skip (`ops/catchup.py`).
+A pass is delivered as soon as its gate passes it; the day-end and catch-up steps come
+after, off the path from training to serving (`maintain` runs whether or not the pass was
+delivered). While behind (after an outage), the run's own pass is not exported: `catch_up`
+trains up to `schedule.catchup_passes` complete passes after it, oldest first, each with
+its gate decision and day-end maintenance, and only the newest is exported and delivered;
+the runs of those passes then find them caught up and skip (`ops/catchup.py`).
 
 A manual run (a trigger in the UI, `airflow dags test <date>`) covers the window that
 *ends* at its date, as Airflow infers manual data intervals: the last complete window.
@@ -37,14 +41,24 @@ from __future__ import annotations
 import logging
 import os
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, DeltaDataIntervalTimetable, PokeReturnValue, dag, task
+from airflow.sdk import (
+    Asset,
+    DeltaDataIntervalTimetable,
+    PokeReturnValue,
+    TriggerRule,
+    dag,
+    task,
+)
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamrec.config import PipelineConfig, load_config
 from streamrec.errors import ConfigError
 from streamrec.passes import window_floor
+
+if TYPE_CHECKING:
+    from serving_export.quality_gate import GateDecision
 
 log = logging.getLogger(__name__)
 SERVING_MODEL = Asset("streamrec_serving_model")
@@ -61,6 +75,23 @@ def _config() -> PipelineConfig:
             "stream starts, e.g. 2026-11-23T08:00:00Z>}}' so Airflow knows its first window"
         )
     return cfg
+
+
+def _skip_unless_passed(pass_id: str, decision: GateDecision) -> None:
+    """Skip the task (and the delivery after it) when the gate rejected ``pass_id``."""
+    if not decision.passed:
+        raise AirflowSkipException(
+            f"quality gate rejected pass {pass_id}: " + "; ".join(decision.reasons)
+        )
+
+
+def _publish(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> str:
+    """Export ``pass_id`` from the cluster and publish it as a version; the version."""
+    from serving_export.delivery import publish
+    from trainers.control_plane import ClusterClient
+
+    raw = ClusterClient.from_config(cfg).export(pass_id)["raw_export"]
+    return publish(cfg, raw, decision)["version"]
 
 
 CFG = _config()
@@ -119,6 +150,29 @@ def streamrec_pass():
         return evaluate(_config(), train_result).to_dict()
 
     @task
+    def export(pass_id: str, decision: dict[str, Any]) -> str:
+        from ops.catchup import deferred_to
+        from serving_export.quality_gate import GateDecision
+
+        cfg, gate = _config(), GateDecision(**decision)
+        _skip_unless_passed(pass_id, gate)
+        if (later := deferred_to(cfg, pass_id)) is not None:
+            raise AirflowSkipException(
+                f"pass {later} is complete already: this run's catch_up trains it and "
+                "delivers the newest pass it trains"
+            )
+        return _publish(cfg, pass_id, gate)
+
+    @task(outlets=[SERVING_MODEL])
+    def deliver(version: str, *, outlet_events=None) -> dict[str, Any]:
+        from serving_export.delivery import deliver
+
+        result = deliver(_config(), version)
+        outlet_events[SERVING_MODEL].extra = result
+        return result
+
+    # after the pass is delivered, or its export skipped: not after a failure
+    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
     def maintain(pass_id: str) -> dict[str, Any]:
         from trainers.control_plane import ClusterClient
 
@@ -139,39 +193,27 @@ def streamrec_pass():
         return catch_up(_config(), pass_id, GateDecision(**decision)).to_dict()
 
     @task
-    def export(caught_up: dict[str, Any]) -> str:
+    def export_newest(caught_up: dict[str, Any]) -> str:
         from ops.catchup import CatchUp
-        from serving_export.delivery import publish
-        from trainers.control_plane import ClusterClient
+        from serving_export.delivery import registry_for
 
-        newest = CatchUp.from_dict(caught_up)
-        if not newest.decision.passed:
-            raise AirflowSkipException(
-                f"quality gate rejected pass {newest.pass_id}: "
-                + "; ".join(newest.decision.reasons)
-            )
         cfg = _config()
-        raw = ClusterClient.from_config(cfg).export(newest.pass_id)["raw_export"]
-        return publish(cfg, raw, newest.decision)["version"]
-
-    @task(outlets=[SERVING_MODEL])
-    def deliver(version: str, *, outlet_events=None) -> dict[str, Any]:
-        from serving_export.delivery import deliver
-
-        result = deliver(_config(), version)
-        outlet_events[SERVING_MODEL].extra = result
-        return result
+        newest = CatchUp.from_dict(caught_up)
+        _skip_unless_passed(newest.pass_id, newest.decision)
+        if newest.pass_id in registry_for(cfg).versions():
+            raise AirflowSkipException(f"pass {newest.pass_id} was published by `export`")
+        return _publish(cfg, newest.pass_id, newest.decision)
 
     pass_id = wait_pass()
-    trained = train_pass(pass_id)
-    decision = evaluate(trained)
+    decision = evaluate(train_pass(pass_id))
+    delivered = deliver(export(pass_id, decision))
     maintained = maintain(pass_id)
-    decision >> maintained
+    delivered >> maintained
     retained = retention(pass_id)
     maintained >> retained
     caught_up = catch_up(pass_id, decision)
     retained >> caught_up
-    deliver(export(caught_up))
+    deliver.override(task_id="deliver_newest")(export_newest(caught_up))
 
 
 streamrec_pass()

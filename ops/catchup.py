@@ -9,7 +9,8 @@ gate decision stored on the pass, and after a day's last pass the cluster's main
 and retention. Each is marked ``caught_up`` on its status, and its own run's sensor then
 skips that run. Only the newest pass trained is exported and delivered, if it passes the
 gate: the model has moved past the older ones, and the export is of the model as it stands.
-The run's other passes (its own first) are marked ``superseded`` by the newest.
+So a run that is behind does not export its own pass (``deferred_to``); the passes it
+trained and did not deliver (its own first) are marked ``superseded`` by the newest.
 A window still pending ends the catch-up: passes are trained in order, none skipped.
 """
 
@@ -69,6 +70,14 @@ def next_in_backlog(cfg: PipelineConfig, pass_id: str) -> str | None:
     return later[0]
 
 
+def deferred_to(cfg: PipelineConfig, pass_id: str) -> str | None:
+    """The pass this run's catch-up will train after ``pass_id``, when there is one: the
+    run then leaves its own pass to be superseded instead of exporting it."""
+    if cfg.schedule is None or cfg.schedule.catchup_passes == 0:
+        return None
+    return next_in_backlog(cfg, pass_id)
+
+
 def caught_up_by(cfg: PipelineConfig, pass_id: str) -> dict[str, Any] | None:
     """Which run's catch-up trained ``pass_id`` (and when), or None: also while a catch-up
     has only claimed it, so a run whose catch-up failed (and was then marked done by hand)
@@ -103,11 +112,13 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
         trained.append(nxt)
         newest = nxt
     if trained:
-        # every pass this run trained before the newest (its own first) is never exported:
-        # the newest is, if it passes the gate (``ops.status.pass_finished``)
+        # the passes this run trained before the newest are never exported (nor its own,
+        # unless it was delivered before the backlog came): the newest is, if it passes the
+        # gate (``ops.status.pass_finished``)
         superseded = json.dumps({"by": newest, "delivers": decision.passed})
+        own = [] if "delivered" in client.pass_status(pass_id) else [pass_id]
         pipe = r.pipeline(transaction=True)
-        for older in [pass_id, *trained[:-1]]:
+        for older in [*own, *trained[:-1]]:
             pipe.hset(keys.pass_status(older), SUPERSEDED_FIELD, superseded)
         pipe.execute()
         log.info("caught up %d passes after %s, to %s", len(trained), pass_id, newest)

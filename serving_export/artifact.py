@@ -14,8 +14,9 @@ chain: a base or daily save, then deltas). A version is a delta when the previou
 version's chain is a prefix of this one's: it carries only the saves after that prefix, the
 keys the passes since touched. After a base or daily save the chain restarts, and the version
 is full; so is the first one. ``lineage`` walks a version back to its full ancestor, which is
-how consumers rebuild it. Shrink deletes keys only before a daily save, whose version is
-full: a consumer that loads a full version replaces its table, so deleted keys leave serving.
+how consumers rebuild it. Shrink deletes keys only before a daily save, which restarts the
+chain, so the next version is full: a consumer that loads a full version replaces its table,
+and deleted keys leave serving.
 
 The directory is built under a temporary name and renamed into place, so an artifact
 either exists whole or not at all. The version is the pass id: packaging the same pass

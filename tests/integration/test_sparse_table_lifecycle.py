@@ -66,13 +66,13 @@ def _run(
         for pass_id in passes:
             trained = cluster.client.train(pass_id)
             keys.append(trained["checkpoint"]["table_keys"])
-            done = cluster.client.maintain_if_day_ends(pass_id, PASS_MINUTES)
-            if done["maintenance"]:
-                maintenance.append(done)
-            if publish:  # after maintenance, as the DAG's export task runs
+            if publish:  # before maintenance, as the DAG's export task runs
                 raw = cluster.client.export(pass_id)["raw_export"]
                 passed = GateDecision(True, trained["test"]["auc"], None)
                 versions.append(delivery.publish(cfg, raw, passed))
+            done = cluster.client.maintain_if_day_ends(pass_id, PASS_MINUTES)
+            if done["maintenance"]:
+                maintenance.append(done)
     return Lifecycle(cfg, keys, maintenance, versions)
 
 
@@ -141,13 +141,14 @@ def test_eviction_bounds_the_table_and_admission_keeps_one_off_keys_out(
     # a new key shown once enters with probability nonclk_coeff (0.1) under admission
     assert admitting.keys_after_pass[0] < 0.6 * plain.keys_after_pass[0]
 
-    # serving: the version after a day's shrink is full, so the keys the shrink deleted leave
-    # the table a consumer holds, even one that had applied the deltas before it
+    # serving: a day's last pass is exported before its shrink and daily save, so the next
+    # version is full and the keys the shrink deleted leave the table a consumer holds, even
+    # one that had applied the deltas before it
     versions = evicting.versions
     kinds = [v["sparse"]["kind"] for v in versions]
-    assert kinds == ["full", "full", "delta", "full", "delta", "full"], kinds
+    assert kinds == ["full", "delta", "full", "delta", "full", "delta"], kinds
     store = InProcessStore(Path(evicting.cfg.paths.model_root) / evicting.cfg.model.model)
-    for before, daily in ((versions[2], versions[3]), (versions[4], versions[5])):
+    for before, daily in ((versions[1], versions[2]), (versions[3], versions[4])):
         held = store.embeddings_for(before["version"])
         held_keys = np.union1d(held.base.keys, held.overlay.keys)
         after = store.embeddings_for(daily["version"])
