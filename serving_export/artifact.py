@@ -49,7 +49,6 @@ MANIFEST_NAME = "MANIFEST.json"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MODEL_PREFIX = "model"
 ONNX_NAME = "model.onnx"
-ONNX_OPSET = 11
 
 
 def artifact_dir(cfg: PipelineConfig, version: str) -> Path:
@@ -104,27 +103,6 @@ def _freshness(cfg: PipelineConfig, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _export_onnx(directory: Path) -> dict[str, Any]:
-    """The dense program as ONNX beside the Paddle one (paddle2onnx 1.3.1, the last release
-    for Paddle 2.x); a program it cannot convert keeps the Paddle format only."""
-    import paddle2onnx
-
-    try:
-        paddle2onnx.export(
-            str(directory / f"{MODEL_PREFIX}.pdmodel"),
-            str(directory / f"{MODEL_PREFIX}.pdiparams"),
-            str(directory / ONNX_NAME),
-            opset_version=ONNX_OPSET,
-            verbose=False,
-            enable_onnx_checker=True,
-        )
-    except Exception as e:  # the converter raises bare exceptions from C++
-        (directory / ONNX_NAME).unlink(missing_ok=True)
-        log.warning("no ONNX export for %s: %s", directory.name, e)
-        return {"file": None, "error": str(e)[:500]}
-    return {"file": ONNX_NAME, "opset": ONNX_OPSET, "converter": "paddle2onnx==1.3.1"}
-
-
 def package_export(
     cfg: PipelineConfig, raw_export: Path, metrics: dict[str, Any]
 ) -> dict[str, Any]:
@@ -136,6 +114,11 @@ def package_export(
             f"{raw_export} is not a complete raw export (no _SUCCESS / export_spec.json)"
         )
     spec = json.loads(spec_path.read_text())
+    if "onnx" not in spec:
+        raise ExportInvalid(
+            f"{raw_export} is a raw export of an older streamrec (no ONNX twin): export the "
+            "pass again"
+        )
     version = spec["pass_id"]
     final = artifact_dir(cfg, version)
     published = read_published(final)
@@ -159,7 +142,10 @@ def package_export(
         shutil.copyfile(
             raw_export / f"{spec['model_prefix']}{suffix}", tmp / f"{MODEL_PREFIX}{suffix}"
         )
-    onnx = _export_onnx(tmp)
+    onnx = spec["onnx"]
+    if onnx["file"]:  # written by the exporting worker (trainers.onnx_twin)
+        shutil.copyfile(raw_export / onnx["file"], tmp / ONNX_NAME)
+        onnx = {**onnx, "file": ONNX_NAME}
     (tmp / "sparse").mkdir()
     np.save(tmp / "sparse" / "keys.npy", table.keys)
     np.save(tmp / "sparse" / "values.npy", table.values)

@@ -55,6 +55,7 @@ from trainers.instance_dump import point_dump, read_dump, read_dump_with_ids
 from trainers.intercept import add_to_bias, intercept_shift
 from trainers.metrics import STAT_NAMES, metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS, ModelGraph
+from trainers.onnx_twin import write_onnx_twin
 from trainers.strategy import saved_value_layout
 from trainers.sync_mode import SyncRounds
 
@@ -62,7 +63,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 EXPORT_SPEC = "export_spec.json"
-EXPORT_VERSION = 2
+EXPORT_VERSION = 3  # 3: the ONNX twin is in the raw export
 EXPORT_MODEL_PREFIX = "model"
 
 
@@ -653,6 +654,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     def write() -> None:
         tmp = temp_dir_for(raw)
         _save_dense_inference_model(ctx, tmp / EXPORT_MODEL_PREFIX)
+        onnx = write_onnx_twin(tmp / EXPORT_MODEL_PREFIX)
         spec = {
             "export_version": EXPORT_VERSION,
             "pass_id": pass_id,
@@ -666,6 +668,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
             "checkpoint_root": str(Path(ctx.cfg.paths.checkpoint_root)),
             "chain": [i.model_dump(mode="json", exclude={"train"}) for i in ctx.chain],
             "trained_at": (ctx.chain[-1].train or {}).get("trained_at"),
+            "onnx": onnx,
         }
         write_text_atomic(tmp / EXPORT_SPEC, json.dumps(spec, indent=2))
         (tmp / "_SUCCESS").touch()
