@@ -33,8 +33,9 @@ Ends with ``RESULT freshness_p50_s``, ``overhead_p50_s`` (streamrec's) and
 **The sweep** runs the above at each rate, from the lowest, on fresh services each time,
 and judges each pipeline: a rate is **sustained** when every measured pass is served,
 every impression sent in its window (the producer counts them) is trained, no pass is
-served more than ``BEHIND_SLACK_S`` later after its window than the one before it, and
-freshness p50 is under a minute. A pipeline that does not sustain a rate runs no higher
+served later after its window than the one before it (by more than ``BEHIND_STEP_S`` at
+every step and ``BEHIND_SLACK_S`` in all: a trend, not one pass's jitter), and freshness
+p50 is under a minute. A pipeline that does not sustain a rate runs no higher
 one (the other then has the machine). It prints a side-by-side table per rate (events/s
 trained, freshness p50 and max, the lag of each stage, CPU per 1k events, peak PSS),
 draws events trained and freshness against the offered rate to ``--out``, and ends with
@@ -80,7 +81,12 @@ from trainers.control_plane import ClusterClient
 
 OURS, REFERENCE, SHARED = "streamrec", "reference", "broker"
 MAX_FRESHNESS_P50_S = 60.0  # a rate is sustained only with freshness p50 under this
-BEHIND_SLACK_S = 6.0  # a pass this much later than the one before it: falling behind
+# falling behind: every pass later after its window than the one before it by more than
+# BEHIND_STEP_S, the last more than BEHIND_SLACK_S later than the first. The lag from
+# trained to served varies by ~7 s from pass to pass at 10,000 events/s (7.8, 12.5, 14.6 s
+# in one run) with nothing queued: one pass's jump is jitter, a growth at every step is not
+BEHIND_STEP_S = 2.0
+BEHIND_SLACK_S = 6.0
 
 
 @dataclass
@@ -289,17 +295,18 @@ class Outcome:
 
 def _verdict(lags: list[float | None], trained: list[int], sent: list[int]) -> tuple[bool, str]:
     """Sustained: every measured pass served with every event sent in its window trained,
-    no pass further behind than the one before it (by more than ``BEHIND_SLACK_S``), and
-    freshness p50 under ``MAX_FRESHNESS_P50_S``."""
+    the passes not falling further behind pass after pass (``BEHIND_STEP_S``,
+    ``BEHIND_SLACK_S``), and freshness p50 under ``MAX_FRESHNESS_P50_S``."""
     if any(lag is None for lag in lags):
         return False, f"{sum(lag is None for lag in lags)} of {len(lags)} passes not served"
     lost = sum(sent) - sum(trained)
     if any(t < n for t, n in zip(trained, sent, strict=True)):
         return False, f"{lost} of {sum(sent)} events not trained"
     served = [lag for lag in lags if lag is not None]
-    growing = [b - a for a, b in itertools.pairwise(served) if b - a > BEHIND_SLACK_S]
-    if growing:
-        return False, f"falling behind: a pass {max(growing):.0f} s later than the one before"
+    steps = [b - a for a, b in itertools.pairwise(served)]
+    if steps and min(steps) > BEHIND_STEP_S and served[-1] - served[0] > BEHIND_SLACK_S:
+        later = ", ".join(f"{lag:.0f}" for lag in served)
+        return False, f"falling behind: served {later} s after their windows"
     if statistics.median(served) >= MAX_FRESHNESS_P50_S:
         return False, f"freshness p50 {statistics.median(served):.0f} s"
     return True, ""
