@@ -15,14 +15,12 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
 | `export` | `ClusterClient.export`, `delivery.publish` | the pass as an artifact; or skipped |
 | `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
-| `maintain` | `ClusterClient.maintain_if_day_ends` | after a day's last pass: shrink, daily save |
-| `retention` | `retention.apply_if_day_ends` | after a day's last pass: old data and keys |
+| `day_end` | `*_if_day_ends` (cluster, retention) | after a day's last pass: shrink, retention |
 | `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
-| `export_newest` | as `export` | the newest pass `catch_up` trained; or skipped |
-| `deliver_newest` | as `deliver` | |
+| `deliver_newest` | as `export`, then `deliver` | the newest pass `catch_up` trained; or skipped |
 
 A pass is delivered as soon as its gate passes it; the day-end and catch-up steps come
-after, off the path from training to serving (`maintain` runs whether or not the pass was
+after, off the path from training to serving (`day_end` runs whether or not the pass was
 delivered). While behind (after an outage), the run's own pass is not exported: `catch_up`
 trains up to `schedule.catchup_passes` complete passes after it, oldest first, each with
 its gate decision and day-end maintenance, and only the newest is exported and delivered;
@@ -173,17 +171,14 @@ def streamrec_pass():
 
     # after the pass is delivered, or its export skipped: not after a failure
     @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
-    def maintain(pass_id: str) -> dict[str, Any]:
+    def day_end(pass_id: str) -> dict[str, Any]:
+        from ops.retention import apply_if_day_ends
         from trainers.control_plane import ClusterClient
 
         cfg = _config()
-        return ClusterClient.from_config(cfg).maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
-
-    @task
-    def retention(pass_id: str) -> dict[str, Any]:
-        from ops.retention import apply_if_day_ends
-
-        return apply_if_day_ends(_config(), pass_id)
+        client = ClusterClient.from_config(cfg)
+        maintained = client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
+        return {"maintain": maintained, "retention": apply_if_day_ends(cfg, pass_id)}
 
     @task
     def catch_up(pass_id: str, decision: dict[str, Any]) -> dict[str, Any]:
@@ -192,28 +187,30 @@ def streamrec_pass():
 
         return catch_up(_config(), pass_id, GateDecision(**decision)).to_dict()
 
-    @task
-    def export_newest(caught_up: dict[str, Any]) -> str:
+    # export and delivery in one task: a catch-up is rare, and each task on this path costs
+    # every run a scheduler loop to skip (bench/catchup.py)
+    @task(outlets=[SERVING_MODEL])
+    def deliver_newest(caught_up: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
         from ops.catchup import CatchUp
-        from serving_export.delivery import registry_for
+        from serving_export.delivery import deliver, registry_for
 
         cfg = _config()
         newest = CatchUp.from_dict(caught_up)
         _skip_unless_passed(newest.pass_id, newest.decision)
         if newest.pass_id in registry_for(cfg).versions():
             raise AirflowSkipException(f"pass {newest.pass_id} was published by `export`")
-        return _publish(cfg, newest.pass_id, newest.decision)
+        result = deliver(cfg, _publish(cfg, newest.pass_id, newest.decision))
+        outlet_events[SERVING_MODEL].extra = result
+        return result
 
     pass_id = wait_pass()
     decision = evaluate(train_pass(pass_id))
     delivered = deliver(export(pass_id, decision))
-    maintained = maintain(pass_id)
-    delivered >> maintained
-    retained = retention(pass_id)
-    maintained >> retained
+    ended = day_end(pass_id)
+    delivered >> ended
     caught_up = catch_up(pass_id, decision)
-    retained >> caught_up
-    deliver.override(task_id="deliver_newest")(export_newest(caught_up))
+    ended >> caught_up
+    deliver_newest(caught_up)
 
 
 streamrec_pass()

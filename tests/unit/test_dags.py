@@ -38,25 +38,21 @@ def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
         "evaluate",
         "export",
         "deliver",
-        "maintain",
-        "retention",
+        "day_end",
         "catch_up",
-        "export_newest",
         "deliver_newest",
     }
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     # the pass is delivered right after its gate decision; the day-end and catch-up steps
-    # come after, and maintenance runs whether the pass was delivered or skipped
-    assert down["wait_pass"] == {"train_pass", "export", "maintain", "retention", "catch_up"}
+    # come after, and the day's end runs whether the pass was delivered or skipped
+    assert down["wait_pass"] == {"train_pass", "export", "day_end", "catch_up"}
     assert down["train_pass"] == {"evaluate"}
     assert down["evaluate"] == {"export", "catch_up"}
     assert down["export"] == {"deliver"}
-    assert down["deliver"] == {"maintain"}
-    assert down["maintain"] == {"retention"}
-    assert down["retention"] == {"catch_up"}
-    assert down["catch_up"] == {"export_newest"}
-    assert down["export_newest"] == {"deliver_newest"}
-    assert dag.get_task("maintain").trigger_rule == "none_failed_min_one_success"
+    assert down["deliver"] == {"day_end"}
+    assert down["day_end"] == {"catch_up"}
+    assert down["catch_up"] == {"deliver_newest"}
+    assert dag.get_task("day_end").trigger_rule == "none_failed_min_one_success"
     assert {t.task_id for t in dag.tasks if t.outlets} == {"deliver", "deliver_newest"}
     assert dag.catchup and dag.max_active_runs == 1
     assert all(t.retries >= 1 and t.depends_on_past for t in dag.tasks)
