@@ -187,8 +187,8 @@ def streamrec_pass():
 
         return catch_up(_config(), pass_id, GateDecision(**decision)).to_dict()
 
-    # export and delivery in one task: a catch-up is rare, and each task on this path costs
-    # every run a scheduler loop to skip (bench/catchup.py)
+    # export and delivery in one task: a catch-up is rare, and one more task on this path
+    # is one more scheduler loop in every run that skips it
     @task(outlets=[SERVING_MODEL])
     def deliver_newest(caught_up: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
         from ops.catchup import CatchUp
