@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ops.retention import apply_if_day_ends
-from serving_export.delivery import evaluate
+from serving_export.delivery import DELIVERED_FIELD, evaluate
 from serving_export.quality_gate import GateDecision
 from streamrec.config import PipelineConfig
 from streamrec.passes import complete_passes, next_pass_id, pass_state
@@ -116,7 +116,7 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
         # unless it was delivered before the backlog came): the newest is, if it passes the
         # gate (``ops.status.pass_finished``)
         superseded = json.dumps({"by": newest, "delivers": decision.passed})
-        own = [] if "delivered" in client.pass_status(pass_id) else [pass_id]
+        own = [] if DELIVERED_FIELD in client.pass_status(pass_id) else [pass_id]
         pipe = r.pipeline(transaction=True)
         for older in [*own, *trained[:-1]]:
             pipe.hset(keys.pass_status(older), SUPERSEDED_FIELD, superseded)

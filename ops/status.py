@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.catchup import CAUGHT_UP_FIELD, SUPERSEDED_FIELD
-from serving_export.delivery import registry_for
+from serving_export.delivery import DELIVERED_FIELD, registry_for
 from streaming.synthetic import read_best_auc
 from streamrec.config import PipelineConfig
 from streamrec.errors import ContractError
@@ -108,7 +108,7 @@ def _row(
     end = window_ms(pass_id, cfg.passes.pass_minutes)[1] / 1000
     if gate := status.get("gate"):
         fields["gate"] = "pass" if gate["passed"] else "reject"
-    if (delivered := status.get("delivered")) and delivered.get("at"):
+    if (delivered := status.get(DELIVERED_FIELD)) and delivered.get("at"):
         fields["delivered"] = delivered["version"]
         fields["freshness_seconds"] = delivered["at"] - end
     if caught := status.get(CAUGHT_UP_FIELD):
@@ -127,7 +127,7 @@ def pass_finished(status: dict[str, Any], serving: str | None) -> bool:
     serving version: delivered, rejected by the gate, or superseded by a newer pass of
     the same run's catch-up (``ops.catchup``) that serves (or a later one does) or that
     the gate rejected (then no pass of that run is delivered)."""
-    if status.get("delivered") or (status.get("gate") or {}).get("passed") is False:
+    if status.get(DELIVERED_FIELD) or (status.get("gate") or {}).get("passed") is False:
         return True
     superseded = status.get(SUPERSEDED_FIELD)
     if superseded is None:

@@ -27,6 +27,8 @@ from streamrec.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
 
+DELIVERED_FIELD = "delivered"  # on a pass's status once its version serves
+
 
 def _redis(cfg: PipelineConfig) -> redis.Redis:
     return connect(cfg.redis)
@@ -105,7 +107,7 @@ def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
     if pushed is not None:
         result["redis"] = pushed
     if switched:
-        _record(cfg, version, "delivered", result)
+        _record(cfg, version, DELIVERED_FIELD, result)
         log.info("serving %s (was %s)", version, previous)
     else:
         log.info("not switching to %s: %s already serves", version, previous)
