@@ -621,7 +621,9 @@ def sweep(rates: list[float], passes: int, root: Path, out: Path) -> None:
     out.write_text(chart_page("bench/e2e.py: the rate sweep", charts, hardware_line()))
     print(f"charts: {out}")
     print(f"RESULT max_rate_eps {ours:g}")
-    print(f"RESULT max_rate_ratio {ours / theirs if theirs else float('inf'):.2f}")
+    # neither sustaining the lowest rate leaves no ratio to give
+    ratio = ours / theirs if theirs else (float("inf") if ours else float("nan"))
+    print(f"RESULT max_rate_ratio {ratio:.2f}")
 
 
 def main() -> int:
