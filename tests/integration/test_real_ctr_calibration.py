@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from calibration import DATA, replay, sample_rows
+from calibration import SAMPLES, replay
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -26,10 +26,13 @@ COPC_MARGIN = 0.015  # mean |COPC - 1| it may add to the regression's over those
 
 
 def test_progressive_auc_and_copc_keep_up_with_a_logistic_regression(make_config) -> None:
-    if not DATA.is_dir():
-        pytest.fail(f"{DATA} is missing: tests/data/criteo_attribution/README.md says why")
+    sample = SAMPLES["criteo_attribution"]
+    if not sample.directory.is_dir():
+        pytest.fail(
+            f"{sample.directory} is missing: tests/data/criteo_attribution/README.md says why"
+        )
     cfg = make_config(join={"mode": "label_in_impression"}, passes={"parts_per_pass": 2})
-    done = replay(cfg, sample_rows())
+    done = replay(cfg, sample)
     table = done.table()
     print(table)
 
