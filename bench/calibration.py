@@ -25,8 +25,8 @@ loses to the regression, the mean |COPC - 1| it adds to the regression's, and it
 
 ``--set`` changes any key of the pipeline config, validated as a loaded one is (for
 example ``--set model.hyper_parameters.sparse_table.initial_range=0.001``).
-tests/integration/test_real_ctr_calibration.py and test_sparse_ctr_calibration.py run one
-replay each (``replay``) in the suite.
+tests/integration/test_real_ctr_calibration.py runs one Criteo replay (``replay``) in the
+suite.
 
 Ends with ``RESULT calibration_auc_gap``, ``calibration_copc_gap`` (means over the runs),
 ``calibration_copc_gap_max`` (the worst run) and ``calibration_copc_worst`` (the worst
