@@ -26,8 +26,8 @@ from serving_export.predictor import Predictor
 from streaming.pass_builder import PassBuilder
 from streaming.producer import best_auc, produce_synthetic
 from streamrec.config import PipelineConfig, dump_config, load_config
+from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
-from streamrec.logs import setup_logging
 from streamrec.passes import is_complete, pass_dir
 from trainers.launcher import LocalCluster
 
@@ -154,17 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=300, help="--live: impressions/s")
     parser.add_argument("--duration", type=float, help="--live: stop after this many seconds")
     args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        if args.live:
-            from demo.live import run_live
+    return run_command(lambda: _demo(args))
 
-            return run_live(load_config(args.config), args.rate, args.duration)
-        rows = run_demo(load_config(args.config), max(1, args.passes), args.first_pass)
-    except StreamrecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    print_table(rows)
+
+def _demo(args: argparse.Namespace) -> int:
+    if args.live:
+        from demo.live import run_live
+
+        return run_live(load_config(args.config), args.rate, args.duration)
+    print_table(run_demo(load_config(args.config), max(1, args.passes), args.first_pass))
     return 0
 
 

@@ -11,7 +11,6 @@ this process, which only prints the UI address and a status table after each win
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_live
 from streamrec.config import PipelineConfig, ScheduleConfig, dump_config
 from streamrec.passes import window_floor
+from streamrec.signals import ignore_stop_signals
 from trainers.launcher import LocalCluster
 
 log = logging.getLogger("demo.live")
@@ -115,13 +115,15 @@ def run_live(cfg: PipelineConfig, rate: float, duration_s: float | None = None) 
             flush=True,
         )
         stopped = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C, or what systemd/compose send
-            signal.signal(sig, lambda *_: stopped.set())
         if duration_s is not None:
             timer = threading.Timer(duration_s, stopped.set)
             timer.daemon = True
             timer.start()
-        while not stopped.wait(PASS_MINUTES * 60):
-            print(format_table(recent_passes(stack.cfg, limit=10)) + "\n", flush=True)
+        try:  # Ctrl-C or SIGTERM (the entry frame makes both KeyboardInterrupt) ends the wait
+            while not stopped.wait(PASS_MINUTES * 60):
+                print(format_table(recent_passes(stack.cfg, limit=10)) + "\n", flush=True)
+        except KeyboardInterrupt:
+            pass
+        ignore_stop_signals()  # a second Ctrl-C must not cut the shutdown short
         print("stopping: stream, Airflow, builder, cluster...", flush=True)
     return 0

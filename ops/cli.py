@@ -16,7 +16,8 @@
 
 Exit codes: 0 ok; 1 failed; 2 bad configuration or arguments; 3 a service (Kafka, Redis,
 the cluster) cannot be reached; 4 data breaks its contract; 5 ``status``: a complete pass is
-left untrained.
+left untrained; 130 stopped by Ctrl-C or SIGTERM. Every subcommand runs in one frame
+(``streamrec.entry``) that maps errors to these codes.
 """
 
 from __future__ import annotations
@@ -27,12 +28,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import redis
-
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
-from streamrec.errors import ConfigError, ServiceError, StreamrecError
-from streamrec.logs import setup_logging
-from streamrec.redis_conn import refused_credentials
+from streamrec.entry import run_command
+from streamrec.errors import ConfigError
 
 ATTENTION = 5
 
@@ -227,16 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in DELEGATED:
         return _delegate(DELEGATED[argv[0]][0])(argv[1:])
     args = _parser().parse_args(argv)
-    setup_logging()
-    try:
-        return args.run(args)
-    except redis.RedisError as e:
-        fix = refused_credentials(e)
-        err: StreamrecError = ConfigError(fix) if fix else ServiceError(f"Redis: {e}")
-    except StreamrecError as e:
-        err = e
-    print(f"error: {err}", file=sys.stderr)
-    return err.exit_code
+    return run_command(lambda: args.run(args))
 
 
 if __name__ == "__main__":

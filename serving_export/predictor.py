@@ -25,8 +25,8 @@ from serving_export.sparse_store import Embeddings, InProcessStore
 from streaming.events import feature_row
 from streaming.feature_signs import SIGN_VERSION, signs_of_values
 from streamrec.config import SchemaConfig, load_config
+from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
-from streamrec.logs import setup_logging
 
 
 class PaddleDense:
@@ -163,18 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--events", required=True, type=Path, help="JSON-lines impression events")
     args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        from serving_export.delivery import registry_for
+    return run_command(lambda: _predict(args.config, args.events))
 
-        cfg = load_config(args.config)
-        predictor = Predictor.serving(cfg.paths.model_root, registry_for(cfg))
-        events = [json.loads(line) for line in args.events.read_text().splitlines() if line.strip()]
-        for event, p in zip(events, predictor.score(events), strict=True):
-            print(json.dumps({"event_id": event.get("event_id"), "p_click": round(float(p), 6)}))
-    except StreamrecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+
+def _predict(config: Path, events_file: Path) -> int:
+    from serving_export.delivery import registry_for
+
+    cfg = load_config(config)
+    predictor = Predictor.serving(cfg.paths.model_root, registry_for(cfg))
+    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
+    for event, p in zip(events, predictor.score(events), strict=True):
+        print(json.dumps({"event_id": event.get("event_id"), "p_click": round(float(p), 6)}))
     return 0
 
 

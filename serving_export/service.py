@@ -68,8 +68,8 @@ from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import feature_row
 from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, load_config
-from streamrec.errors import ConfigError, ServiceError, StreamrecError
-from streamrec.logs import setup_logging
+from streamrec.entry import run_command
+from streamrec.errors import ConfigError, ServiceError
 from streamrec.redis_conn import require_credentials
 
 log = logging.getLogger(__name__)
@@ -445,37 +445,30 @@ def main(argv: list[str] | None = None) -> int:
         "--runtime", choices=["paddle", "onnx"], help="dense program runner (serving.runtime)"
     )
     args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        import uvicorn
+    return run_command(lambda: _serve(args))
 
-        from serving_export.delivery import registry_for, sparse_store_for
 
-        cfg = load_config(args.config)
-        if cfg.redis.url == EMBEDDED:
-            raise ConfigError(
-                f"{args.config}: redis.url is 'embedded': give the Redis the pipeline delivers to"
-            )
-        overrides = {
-            "sparse_store": args.sparse_store,
-            "runtime": args.runtime,
-            "host": args.host,
-        }
-        serving = cfg.serving.model_copy(
-            update={k: v for k, v in overrides.items() if v is not None}
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from serving_export.delivery import registry_for, sparse_store_for
+
+    cfg = load_config(args.config)
+    if cfg.redis.url == EMBEDDED:
+        raise ConfigError(
+            f"{args.config}: redis.url is 'embedded': give the Redis the pipeline delivers to"
         )
-        cfg = cfg.model_copy(update={"serving": serving})
-        try:  # refused credentials stop the service now, not on every poll
-            require_credentials(cfg.redis)
-        except ServiceError as e:  # a Redis not up yet: the version follower keeps trying
-            log.warning("%s; serving starts and retries", e)
-        host = cfg.serving.host
-        port = cfg.serving.port if args.port is None else args.port
-        replica = f"{socket.gethostname()}:{port}"
-        app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica)
-    except StreamrecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+    overrides = {"sparse_store": args.sparse_store, "runtime": args.runtime, "host": args.host}
+    serving = cfg.serving.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    cfg = cfg.model_copy(update={"serving": serving})
+    try:  # refused credentials stop the service now, not on every poll
+        require_credentials(cfg.redis)
+    except ServiceError as e:  # a Redis not up yet: the version follower keeps trying
+        log.warning("%s; serving starts and retries", e)
+    host = cfg.serving.host
+    port = cfg.serving.port if args.port is None else args.port
+    replica = f"{socket.gethostname()}:{port}"
+    app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica)
     log.info(
         "streamrec serve on %s:%d: model %s, %s sparse store",
         host,

@@ -68,8 +68,8 @@ from streaming.slices import (
 from streaming.topics import CONSUMER_FETCH, HEARTBEAT_MS, ensure_topic, partition_count
 from streamrec.atomic_fs import remove_stale_temps, write_text_atomic
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
+from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
-from streamrec.logs import setup_logging
 from streamrec.passes import (
     EventCounts,
     PartitionHold,
@@ -83,7 +83,6 @@ from streamrec.passes import (
     slices_root,
     window_ms,
 )
-from streamrec.signals import stop_on_sigterm
 
 log = logging.getLogger(__name__)
 
@@ -713,19 +712,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until-pass", help="stop once this pass id is complete")
     parser.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
     args = parser.parse_args(argv)
-    setup_logging()
-    stop_on_sigterm()  # a service manager's stop: the same clean exit as Ctrl-C
+    return run_command(lambda: _build(args.config, args.until_pass, args.idle_timeout))
+
+
+def _build(config: Path, until_pass: str | None, idle_timeout: float | None) -> int:
+    builder = PassBuilder(load_config(config))
     try:
-        builder = PassBuilder(load_config(args.config))
-        try:
-            builder.run(until_pass=args.until_pass, idle_timeout_s=args.idle_timeout)
-        finally:
-            builder.close()
-    except StreamrecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
+        builder.run(until_pass=until_pass, idle_timeout_s=idle_timeout)
+    finally:
+        builder.close()
     return 0
 
 

@@ -20,7 +20,6 @@ import heapq
 import json
 import logging
 import math
-import signal
 import sys
 import threading
 import time
@@ -36,8 +35,7 @@ from streaming.synthetic import SyntheticBatch, SyntheticStream, record_best_auc
 from streaming.topics import ensure_topic
 from streamrec.auc import exact_auc
 from streamrec.config import EMBEDDED, KafkaConfig, PipelineConfig, SchemaConfig, load_config
-from streamrec.errors import StreamrecError
-from streamrec.logs import setup_logging
+from streamrec.entry import run_command
 from streamrec.passes import compose_pass_id, next_pass_id, window_ms
 
 log = logging.getLogger(__name__)
@@ -325,41 +323,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", default="202601010000", help="pass id of the first window")
     parser.add_argument("--rate", type=float, help="events per second at most")
     args = parser.parse_args(argv)
-    setup_logging()
-    try:
-        cfg = load_config(args.config)
-        if cfg.kafka.bootstrap_servers == EMBEDDED:
-            parser.error("kafka.bootstrap_servers is 'embedded': give a real broker address")
-        if args.live:
-            return _live(cfg, args.rate or 100.0, args.duration)
-        ensure_event_topics(cfg)
-        producer = make_producer(cfg.kafka)
-        topic = cfg.kafka.impressions_topic
-        messages: Iterable[Message]
-        if args.file and args.format == "jsonl":
-            messages = ((topic, raw) for raw in _jsonl(args.file))
-        elif args.file:
-            start, _ = window_ms(args.start, cfg.passes.pass_minutes)
-            spacing = cfg.passes.pass_minutes * 60_000 / cfg.synthetic.events_per_pass
-            lines = _text_lines(args.file)
-            messages = (
-                (topic, e) for e in criteo_events(lines, cfg.feature_schema, start, spacing)
-            )
-        else:
-            messages = _synthetic_messages(cfg, args.start, args.passes)
-        sent = send_messages(producer, messages, progress_every=5000, rate=args.rate)
-        producer.close()
-    except StreamrecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+    # a live stream stops at Ctrl-C or SIGTERM by itself, between two sends
+    stop = threading.Event() if args.live else None
+    return run_command(lambda: _produce(parser, args, stop), stop)
+
+
+def _produce(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, stop: threading.Event | None
+) -> int:
+    cfg = load_config(args.config)
+    if cfg.kafka.bootstrap_servers == EMBEDDED:
+        parser.error("kafka.bootstrap_servers is 'embedded': give a real broker address")
+    if stop is not None:
+        return _live(cfg, args.rate or 100.0, args.duration, stop)
+    ensure_event_topics(cfg)
+    producer = make_producer(cfg.kafka)
+    topic = cfg.kafka.impressions_topic
+    messages: Iterable[Message]
+    if args.file and args.format == "jsonl":
+        messages = ((topic, raw) for raw in _jsonl(args.file))
+    elif args.file:
+        start, _ = window_ms(args.start, cfg.passes.pass_minutes)
+        spacing = cfg.passes.pass_minutes * 60_000 / cfg.synthetic.events_per_pass
+        lines = _text_lines(args.file)
+        messages = ((topic, e) for e in criteo_events(lines, cfg.feature_schema, start, spacing))
+    else:
+        messages = _synthetic_messages(cfg, args.start, args.passes)
+    sent = send_messages(producer, messages, progress_every=5000, rate=args.rate)
+    producer.close()
     log.info("sent %d messages", sent)
     return 0
 
 
-def _live(cfg: PipelineConfig, rate: float, duration: float | None) -> int:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C, or a service manager's stop
-        signal.signal(sig, lambda *_: stop.set())
+def _live(cfg: PipelineConfig, rate: float, duration: float | None, stop: threading.Event) -> int:
     if duration is not None:
         timer = threading.Timer(duration, stop.set)
         timer.daemon = True

@@ -19,10 +19,9 @@ from pathlib import Path
 import psutil
 
 from streamrec.config import PipelineConfig, dump_config, load_config
-from streamrec.errors import StreamrecError
-from streamrec.logs import setup_logging
+from streamrec.entry import run_command
 from streamrec.redis_conn import require_credentials
-from streamrec.signals import ignore_stop_signals, stop_on_sigterm
+from streamrec.signals import ignore_stop_signals
 from trainers.control_plane import ClusterClient
 from trainers.devices import check_device
 from trainers.node_processes import NodeProcesses, stop_gracefully, wait_for_workers
@@ -142,32 +141,28 @@ def main(argv: list[str] | None = None) -> int:
         help="a probe: exit 0 if this node's agent heartbeats with its members running",
     )
     args = parser.parse_args(argv)
-    setup_logging()
+    return run_command(lambda: _run(parser, args))
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from trainers.node_agent import NodeAgent
 
+    cfg = load_config(args.config)
+    if cfg.uses_embedded_services:
+        parser.error("the config says 'embedded': give real Kafka/Redis addresses")
+    topology = Topology.from_config(cfg.cluster)
+    node = topology.node(args.node).name if args.node else detect_node(topology, local_addresses())
+    if args.check:
+        return check_node(cfg, node)
+    check_device(cfg.cluster.use_gpu)
+    require_credentials(cfg.redis)  # before fleetrun: its workers would fail one by one
+    work = Path(cfg.paths.work_root)
+    resolved = dump_config(cfg, work / f"cluster.{node}.resolved.yaml")
+    agent = NodeAgent(cfg, resolved, topology, node)
     try:
-        cfg = load_config(args.config)
-        if cfg.uses_embedded_services:
-            parser.error("the config says 'embedded': give real Kafka/Redis addresses")
-        topology = Topology.from_config(cfg.cluster)
-        node = (
-            topology.node(args.node).name if args.node else detect_node(topology, local_addresses())
-        )
-        if args.check:
-            return check_node(cfg, node)
-        check_device(cfg.cluster.use_gpu)
-        require_credentials(cfg.redis)  # before fleetrun: its workers would fail one by one
-        work = Path(cfg.paths.work_root)
-        resolved = dump_config(cfg, work / f"cluster.{node}.resolved.yaml")
-        agent = NodeAgent(cfg, resolved, topology, node)
-        stop_on_sigterm()
-        try:
-            agent.run()
-        finally:
-            ignore_stop_signals()
-    except StreamrecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
+        agent.run()
+    finally:
+        ignore_stop_signals()
     return 0
 
 

@@ -75,7 +75,15 @@ def test_bad_config_exits_2_naming_the_key(repo: Path, tmp_path: Path) -> None:
 
 def test_unreachable_redis_exits_3(repo: Path, tmp_path: Path) -> None:
     config = _config(repo, tmp_path, redis={"url": f"redis://127.0.0.1:{free_port()}/0"})
-    for command in (["status"], ["retention", "--dry-run"], ["rollback"]):
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"event_id": "e1", "event_time": 0, "sparse": {}}) + "\n")
+    commands = (
+        ["status"],
+        ["retention", "--dry-run"],
+        ["rollback"],
+        ["predict", "--events", str(events)],
+    )
+    for command in commands:
         out = _run(*command, "--config", str(config))
         assert out.returncode == 3, (command, out.stderr)
         assert "Redis" in out.stderr

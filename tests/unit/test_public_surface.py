@@ -41,6 +41,8 @@ assert not bad, bad
     [
         ("streamrec", ("streaming", "trainers", "serving_export", "ops", "dags", "demo")),
         ("streamrec.local_services", ("streaming", "trainers", "serving_export", "ops")),
+        # every command's frame: no stage, and no client library it does not need
+        ("streamrec.entry", ("streaming", "trainers", "serving_export", "ops", "kafka", "redis")),
         ("streaming", ("trainers", "serving_export", "ops", "dags", "demo")),
         ("trainers", ("serving_export", "ops", "dags", "demo")),
         ("serving_export", ("ops", "dags", "demo")),
