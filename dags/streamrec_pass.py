@@ -103,6 +103,7 @@ assert SCHEDULE is not None  # _config checked it
     catchup=True,
     max_active_runs=1,
     default_args={
+        "owner": SCHEDULE.owner,
         "depends_on_past": True,
         "retries": SCHEDULE.task_retries,
         "retry_delay": timedelta(seconds=SCHEDULE.retry_delay_seconds),

@@ -431,6 +431,11 @@ class ScheduleConfig(_Strict):
         "run, in order, caught up after an outage; windows before the stream's first pass "
         "are skipped as soon as a later pass is complete. Set it to when your stream starts."
     )
+    owner: str = Field(
+        "streamrec",
+        min_length=1,
+        description="The DAG's owner as Airflow shows it: the team on call for this pipeline.",
+    )
     wait_timeout_seconds: float = Field(
         86_400,
         gt=0,

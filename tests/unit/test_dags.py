@@ -56,6 +56,7 @@ def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
     assert {t.task_id for t in dag.tasks if t.outlets} == {"deliver", "deliver_newest"}
     assert dag.catchup and dag.max_active_runs == 1
     assert all(t.retries >= 1 and t.depends_on_past for t in dag.tasks)
+    assert {t.owner for t in dag.tasks} == {"streamrec"}  # schedule.owner, not Airflow's default
     assert dag.get_task("wait_pass").timeout >= 3600
 
 
