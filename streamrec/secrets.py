@@ -3,7 +3,11 @@ environment variable or a file named in the config, never from the YAML itself.
 
 The config holds only where a secret is (``*_env`` or ``*_file``); it is read when a
 client is built, so the resolved config that subprocesses load (``dump_config``) and every
-log line hold the name of the variable or file, not the secret.
+log line hold the name of the variable or file, not the secret. Loading a config checks
+only that a source is well formed; whether the variable or file is there is checked where
+the secret is read, so each process needs only the secrets it uses (the DAG's tasks, for
+one, never read the serving token), and one that uses a missing secret fails at its start
+naming the key.
 """
 
 from __future__ import annotations
@@ -16,16 +20,12 @@ from streamrec.errors import ConfigError
 
 
 def check_source(key: str, env: str | None, file: Path | None) -> None:
-    """ValueError saying why the secret ``key`` (``key + '_env'`` / ``key + '_file'``)
-    cannot be read; the config's validators call it, so a bad source fails at load."""
+    """ValueError saying why the source of the secret ``key`` (``key + '_env'`` /
+    ``key + '_file'``) is malformed; the config's validators call it at load."""
     if env and file:
         raise ValueError(f"give either {key}_env or {key}_file, not both")
-    if env and env not in os.environ:
-        raise ValueError(f"{key}_env names ${env}, which the environment does not have: export it")
     if file and not Path(file).is_absolute():
         raise ValueError(f"{key}_file {file} is relative: give an absolute path")
-    if file and not Path(file).is_file():
-        raise ValueError(f"{key}_file {file} does not exist or is not a file")
 
 
 def read_secret(key: str, env: str | None, file: Path | None) -> str | None:
@@ -35,6 +35,10 @@ def read_secret(key: str, env: str | None, file: Path | None) -> str | None:
         check_source(key, env, file)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if env and env not in os.environ:
+        raise ConfigError(f"{key}_env names ${env}, which the environment does not have: export it")
+    if file and not Path(file).is_file():
+        raise ConfigError(f"{key}_file {file} does not exist or is not a file")
     if env:
         return os.environ[env]
     if file:

@@ -45,8 +45,9 @@ def test_missing_environment_variable_is_named_with_its_key(
     tmp_path: Path, repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("REDIS_PASSWORD", raising=False)
+    docker = load_config(repo / "configs" / "pipeline.docker.yaml")  # checked where it is read
     with pytest.raises(ConfigError, match=r"redis\.password_env names \$REDIS_PASSWORD"):
-        load_config(repo / "configs" / "pipeline.docker.yaml")
+        docker.redis.password()
     monkeypatch.delenv("SR_BROKERS", raising=False)
     path = _write(tmp_path, repo, kafka__bootstrap_servers="${SR_BROKERS}")
     with pytest.raises(

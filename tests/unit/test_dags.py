@@ -103,3 +103,21 @@ def test_dag_without_schedule_section_fails_naming_the_key(repo: Path, tmp_path:
     )
     assert probe.returncode != 0
     assert "missing section 'schedule'" in probe.stderr and "start" in probe.stderr
+
+
+def test_dag_parses_with_only_its_own_secrets_set(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler and the DAG's tasks never read the serving token, and parsing the DAG
+    reads no secret at all: a secret is checked where a process reads it."""
+    raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
+    raw["schema"] = str(repo / "configs" / "schema.yaml")
+    raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    raw["redis"] = {**raw["redis"], "url": "redis://db:6379/0", "password_env": "SR_TEST_PW"}
+    raw["serving"] = {**raw.get("serving", {}), "bearer_token_env": "SR_TEST_TOKEN"}
+    config = tmp_path / "p.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    monkeypatch.delenv("SR_TEST_TOKEN", raising=False)
+    monkeypatch.delenv("SR_TEST_PW", raising=False)
+    monkeypatch.setenv("STREAMREC_CONFIG", str(config))
+    assert "train_pass" in _bag(repo).task_ids

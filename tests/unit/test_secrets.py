@@ -55,11 +55,14 @@ def test_a_password_in_the_redis_url_fails_at_load_without_echoing_it(tmp_path) 
     assert redact_url("redis://app:hunter2@db:6379/0") == "redis://app:***@db:6379/0"
 
 
-def test_a_missing_secret_fails_at_load_with_the_key(tmp_path, monkeypatch) -> None:
+def test_a_missing_secret_fails_where_it_is_read_with_the_key(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("SR_TEST_REDIS_PW", raising=False)
     path = _config_with(tmp_path, redis={"password_env": "SR_TEST_REDIS_PW"})
+    cfg = load_config(path)  # a process that never talks to Redis does not need it
     with pytest.raises(ConfigError, match=r"redis.password_env names \$SR_TEST_REDIS_PW"):
-        load_config(path)
+        cfg.redis.password()
+    with pytest.raises(ConfigError, match="absolute path"):  # a malformed source still fails
+        load_config(_config_with(tmp_path, redis={"password_file": "relative/pw"}))
     path = _config_with(tmp_path, kafka={"security_protocol": "SASL_SSL"})
     with pytest.raises(ConfigError, match=r"needs kafka\.sasl_username"):
         load_config(path)
