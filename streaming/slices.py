@@ -58,14 +58,17 @@ class SliceTaken(StreamingError):
 
 def _publish(tmp: Path, final: Path, manifest_name: str, manifest: BaseModel) -> bool:
     """Write the manifest and the donefile into ``tmp`` and rename it to ``final``. False when
-    another writer published ``final`` first (``tmp`` is then removed)."""
+    another writer published ``final`` first (``tmp`` is then removed); any other failure of
+    the rename (a read-only or broken file system) is raised as it is."""
     (tmp / manifest_name).write_text(manifest_json(manifest))
     (tmp / SUCCESS_NAME).touch()
     try:
         publish_dir(tmp, final)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
-        return False
+        if is_complete(final):  # the rename lost to a complete slice: someone else's
+            return False
+        raise
     return True
 
 
