@@ -92,6 +92,15 @@ def _publish(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> str:
     return publish(cfg, raw, decision)["version"]
 
 
+def _deliver(cfg: PipelineConfig, version: str, outlet_events: Any) -> dict[str, Any]:
+    """Make ``version`` serve; its result rides on the serving-model asset's event."""
+    from serving_export.delivery import deliver
+
+    result = deliver(cfg, version)
+    outlet_events[SERVING_MODEL].extra = result
+    return result
+
+
 CFG = _config()
 SCHEDULE = CFG.schedule
 assert SCHEDULE is not None  # _config checked it
@@ -164,11 +173,7 @@ def streamrec_pass():
 
     @task(outlets=[SERVING_MODEL])
     def deliver(version: str, *, outlet_events=None) -> dict[str, Any]:
-        from serving_export.delivery import deliver
-
-        result = deliver(_config(), version)
-        outlet_events[SERVING_MODEL].extra = result
-        return result
+        return _deliver(_config(), version, outlet_events)
 
     # after the pass is delivered, or its export skipped: not after a failure
     @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
@@ -193,16 +198,14 @@ def streamrec_pass():
     @task(outlets=[SERVING_MODEL])
     def deliver_newest(caught_up: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
         from ops.catchup import CatchUp
-        from serving_export.delivery import deliver, registry_for
+        from serving_export.delivery import registry_for
 
         cfg = _config()
         newest = CatchUp.from_dict(caught_up)
         _skip_unless_passed(newest.pass_id, newest.decision)
         if newest.pass_id in registry_for(cfg).versions():
             raise AirflowSkipException(f"pass {newest.pass_id} was published by `export`")
-        result = deliver(cfg, _publish(cfg, newest.pass_id, newest.decision))
-        outlet_events[SERVING_MODEL].extra = result
-        return result
+        return _deliver(cfg, _publish(cfg, newest.pass_id, newest.decision), outlet_events)
 
     pass_id = wait_pass()
     decision = evaluate(train_pass(pass_id))
