@@ -2,7 +2,7 @@
 
 ServingError (StreamrecError)
 ├── ExportInvalid        a raw export or artifact is incomplete or fails its checksums
-├── RegistryConflict     the serving pointer moved while we switched it: re-read and retry
+├── RegistryConflict     a change the registry's state forbids (forgetting the serving version)
 └── NothingServing       no version is registered as serving yet
 """
 
@@ -18,7 +18,7 @@ class ExportInvalid(ServingError):
 
 
 class RegistryConflict(ServingError):
-    """Another writer switched the serving pointer concurrently."""
+    """A registry change its current state forbids."""
 
 
 class NothingServing(ServingError):

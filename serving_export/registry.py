@@ -1,10 +1,10 @@
 """The model registry in Redis: versions and the serving pointer.
 
 ``promote`` switches the pointer, stamps the version's ``freshness.served_at`` and appends
-to the history in one transaction (WATCH on the pointer), so readers see the old version
-or the new one and concurrent switches cannot interleave. It only moves forward (versions
-are pass ids, so they sort by time): a re-run of an old pass never replaces a newer model;
-``rollback`` is the explicit way back.
+to the history in one transaction (redis-py's ``transaction``, WATCH on the pointer), so
+readers see the old version or the new one and concurrent switches cannot interleave. It
+only moves forward (versions are pass ids, so they sort by time): a re-run of an old pass
+never replaces a newer model; ``rollback`` is the explicit way back.
 Key names: ``streamrec.redis_keys``.
 """
 
@@ -99,33 +99,25 @@ class ModelRegistry:
         """Make an older registered ``version`` serve again."""
         return self._switch(version, lambda current: current != version)
 
-    def _switch(self, version: str, allowed, retries: int = 50) -> tuple[str | None, bool]:
+    def _switch(self, version: str, allowed) -> tuple[str | None, bool]:
         self.manifest(version)
         pointer = self._keys.registry_serving(self._model)
-        for _ in range(retries):
-            with self._r.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(pointer)
-                    previous = pipe.get(pointer)
-                    if not allowed(previous):
-                        pipe.unwatch()
-                        return previous, False
-                    raw = pipe.hget(self._keys.registry_versions(self._model), version)
-                    manifest = json.loads(raw)
-                    manifest.setdefault("freshness", {})["served_at"] = datetime.now(
-                        UTC
-                    ).isoformat()
-                    pipe.multi()
-                    pipe.set(pointer, version)
-                    pipe.hset(
-                        self._keys.registry_versions(self._model), version, json.dumps(manifest)
-                    )
-                    pipe.lpush(
-                        self._keys.registry_history(self._model),
-                        json.dumps({"version": version, "previous": previous, "ts": time.time()}),
-                    )
-                    pipe.execute()
-                    return previous, True
-                except redis.WatchError:
-                    continue
-        raise RegistryConflict(f"the serving pointer of {self._model} kept changing; not switched")
+        versions = self._keys.registry_versions(self._model)
+
+        # redis-py runs this again whenever the pointer moved before EXEC (WATCH)
+        def switch(pipe: redis.client.Pipeline) -> tuple[str | None, bool]:
+            previous = pipe.get(pointer)
+            if not allowed(previous):
+                return previous, False
+            manifest = json.loads(pipe.hget(versions, version))
+            manifest.setdefault("freshness", {})["served_at"] = datetime.now(UTC).isoformat()
+            pipe.multi()
+            pipe.set(pointer, version)
+            pipe.hset(versions, version, json.dumps(manifest))
+            pipe.lpush(
+                self._keys.registry_history(self._model),
+                json.dumps({"version": version, "previous": previous, "ts": time.time()}),
+            )
+            return previous, True
+
+        return self._r.transaction(switch, pointer, value_from_callable=True)
