@@ -2,9 +2,10 @@
 
     streamrec predict --config configs/pipeline.yaml --events events.jsonl
 
-Events are validated like the pass builder does, sparse values become feature signs with
-the same hash as training, each slot's embeddings are looked up (zeros for values training
-never saw) and sum-pooled, and Paddle Inference runs the dense program. A Predictor is
+Events are validated as ``/predict`` validates them (``streaming.events.scoring_row``; in
+``streamrec predict`` a bad line is exit 4, naming the line and the reason), sparse values
+become feature signs with the same hash as training, each slot's embeddings are looked up
+(zeros for values training never saw) and sum-pooled, and Paddle Inference runs the dense program. A Predictor is
 immutable and thread-safe: it holds a pool of Paddle predictors (clones sharing the
 weights), one per concurrent scorer; the service swaps whole Predictors between versions.
 """
@@ -22,11 +23,12 @@ import numpy as np
 
 from serving_export.artifact import MODEL_PREFIX, ONNX_NAME, verify_artifact, version_dir
 from serving_export.sparse_store import Embeddings, InProcessStore
-from streaming.events import feature_row
+from streaming.errors import MalformedEvent
+from streaming.events import scoring_row
 from streaming.feature_signs import SIGN_VERSION, signs_of_values
 from streamrec.config import SchemaConfig, load_config
 from streamrec.entry import run_command
-from streamrec.errors import StreamrecError
+from streamrec.errors import ContractError, StreamrecError
 
 
 class PaddleDense:
@@ -147,11 +149,16 @@ class Predictor:
             )
         return self._dense.run(feeds)
 
-    def score(self, events: list[dict[str, Any]]) -> np.ndarray:
-        """Click probabilities of ``events`` (dicts in the impression event format)."""
-        return self.score_rows(
-            [feature_row(e.get("sparse", {}), e.get("dense", {}), self.schema) for e in events]
-        )
+    def score(self, events: list[Any]) -> np.ndarray:
+        """Click probabilities of ``events`` (impression events), validated as ``/predict``
+        validates them: MalformedEvent naming the first bad one."""
+        rows = []
+        for i, event in enumerate(events):
+            try:
+                rows.append(scoring_row(event, self.schema))
+            except MalformedEvent as e:
+                raise MalformedEvent(e.reason, f"events[{i}]: {e.detail}") from None
+        return self.score_rows(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,8 +178,20 @@ def _predict(config: Path, events_file: Path) -> int:
 
     cfg = load_config(config)
     predictor = Predictor.serving(cfg.paths.model_root, registry_for(cfg))
-    events = [json.loads(line) for line in events_file.read_text().splitlines() if line.strip()]
-    for event, p in zip(events, predictor.score(events), strict=True):
+    events, rows = [], []
+    for n, line in enumerate(events_file.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError as e:
+            raise ContractError(f"{events_file}:{n}: bad_json: {e}") from None
+        try:
+            rows.append(scoring_row(event, predictor.schema))
+        except MalformedEvent as e:
+            raise ContractError(f"{events_file}:{n}: {e}") from None
+        events.append(event)
+    for event, p in zip(events, predictor.score_rows(rows), strict=True):
         print(json.dumps({"event_id": event.get("event_id"), "p_click": round(float(p), 6)}))
     return 0
 

@@ -66,7 +66,7 @@ from serving_export.predictor import Predictor
 from serving_export.registry import ModelRegistry, ReplicaNote
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
-from streaming.events import feature_row
+from streaming.events import scoring_row
 from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, load_config
 from streamrec.entry import run_command
 from streamrec.errors import ConfigError, ServiceError
@@ -74,7 +74,6 @@ from streamrec.redis_conn import require_credentials
 
 log = logging.getLogger(__name__)
 
-EVENT_FIELDS = frozenset({"event_id", "event_time", "label", "sparse", "dense"})
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1)
 
 
@@ -279,26 +278,10 @@ def parse_request(body: bytes, schema: SchemaConfig, max_events: int) -> tuple[l
     events = payload["events"]
     if len(events) > max_events:
         raise RequestRejected(413, "too_many_events", f"at most {max_events} events per request")
-    slots = {s.name for s in schema.sparse}
-    features = {d.name for d in schema.dense}
     rows, ids = [], []
     for i, event in enumerate(events):
-        if not isinstance(event, dict):
-            raise RequestRejected(422, "not_an_object", f"events[{i}] must be a JSON object")
-        unknown = set(event) - EVENT_FIELDS
-        if unknown:
-            raise RequestRejected(422, "unknown_field", f"events[{i}]: {sorted(unknown)}")
-        sparse, dense = event.get("sparse", {}), event.get("dense", {})
-        if isinstance(sparse, dict) and set(sparse) - slots:
-            raise RequestRejected(
-                422, "unknown_slot", f"events[{i}].sparse: {sorted(set(sparse) - slots)}"
-            )
-        if isinstance(dense, dict) and set(dense) - features:
-            raise RequestRejected(
-                422, "unknown_feature", f"events[{i}].dense: {sorted(set(dense) - features)}"
-            )
         try:
-            rows.append(feature_row(sparse, dense, schema))
+            rows.append(scoring_row(event, schema))
         except MalformedEvent as e:
             raise RequestRejected(422, e.reason, f"events[{i}]: {e.detail}") from None
         event_id = event.get("event_id")

@@ -139,7 +139,7 @@ def normalize_event(
 def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]:
     """The model's features of one event's ``sparse`` and ``dense`` objects: every slot and
     dense feature of the schema, defaults filled in; MalformedEvent when one is unusable.
-    Names the schema lacks are ignored here (serving rejects them before)."""
+    Names the schema lacks are ignored here (``scoring_row`` rejects them)."""
     if not isinstance(sparse, dict) or not isinstance(dense, dict):
         raise MalformedEvent("wrong_type", "sparse and dense must be objects")
     row: dict[str, Any] = {}
@@ -168,6 +168,27 @@ def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]
             raise MalformedEvent("not_finite", f"dense.{name}")
         row[name] = float(v)
     return row
+
+
+# what an event to score may hold: the impression's own fields (a logged impression scores
+# as it is); anything else is a client's mistake, said back to it
+SCORING_FIELDS = frozenset({"event_id", "event_time", "label", "sparse", "dense"})
+
+
+def scoring_row(event: Any, schema: SchemaConfig) -> dict[str, Any]:
+    """The feature row of one event to score (a ``/predict`` body's or ``streamrec
+    predict``'s): stricter than training's ``feature_row``, a field, slot or dense feature
+    the schema lacks is MalformedEvent, since a client that sends it expects it to count."""
+    if not isinstance(event, dict):
+        raise MalformedEvent("not_an_object", "an event must be a JSON object")
+    if unknown := set(event) - SCORING_FIELDS:
+        raise MalformedEvent("unknown_field", str(sorted(unknown)))
+    sparse, dense = event.get("sparse", {}), event.get("dense", {})
+    if isinstance(sparse, dict) and (unknown := set(sparse) - {s.name for s in schema.sparse}):
+        raise MalformedEvent("unknown_slot", f"sparse: {sorted(unknown)}")
+    if isinstance(dense, dict) and (unknown := set(dense) - {d.name for d in schema.dense}):
+        raise MalformedEvent("unknown_feature", f"dense: {sorted(unknown)}")
+    return feature_row(sparse, dense, schema)
 
 
 Layout = tuple[tuple[tuple[str, bool, str], ...], tuple[tuple[str, float], ...]]
