@@ -45,11 +45,12 @@ import time
 from collections import deque
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import redis
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -255,6 +256,15 @@ class RequestRejected(Exception):
         self.response = _error(code, reason, detail)
 
 
+class Unauthorized(RequestRejected):
+    """A guarded endpoint's request without the serving token (RFC 6750's 401)."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__(401, "unauthorized", "send Authorization: Bearer <token>")
+        self.endpoint = endpoint
+        self.response.headers["WWW-Authenticate"] = "Bearer"
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
@@ -289,12 +299,26 @@ def parse_request(body: bytes, schema: SchemaConfig, max_events: int) -> tuple[l
     return rows, ids
 
 
-def _authorized(request: Request, token: str | None) -> bool:
-    if token is None:
-        return True
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    # constant time: the comparison must not tell how much of a guess was right
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.encode(), token.encode())
+# our own 401 (its body, its count in the metrics), not FastAPI's automatic 403
+_BEARER = HTTPBearer(auto_error=False)
+
+
+def token_guard(token: str | None, endpoint: str):
+    """A FastAPI dependency: ``Unauthorized`` for ``endpoint`` unless the request's bearer
+    credentials are ``token`` (no guard when ``token`` is None)."""
+
+    # async: a sync dependency would cost every request a trip to the thread pool
+    async def guard(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+    ) -> None:
+        if token is None:
+            return
+        given = credentials.credentials if credentials is not None else ""
+        # constant time: the comparison must not tell how much of a guess was right
+        if not hmac.compare_digest(given.encode(), token.encode()):
+            raise Unauthorized(endpoint)
+
+    return guard
 
 
 def create_app(
@@ -347,7 +371,12 @@ def create_app(
 
     app = FastAPI(title="streamrec predictor", lifespan=lifespan)
 
-    @app.post("/predict")
+    @app.exception_handler(Unauthorized)
+    async def unauthorized(_: Request, e: Unauthorized) -> Response:
+        metrics.requests.labels(e.endpoint, "401").inc()
+        return e.response
+
+    @app.post("/predict", dependencies=[Depends(token_guard(token, "predict"))])
     async def predict(request: Request) -> Response:
         with metrics.in_flight.track_inprogress():
             return await _predict(request)
@@ -355,8 +384,6 @@ def create_app(
     async def _predict(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            if not _authorized(request, token):
-                raise RequestRejected(401, "unauthorized", "send Authorization: Bearer <token>")
             body = await _read_body(request, cfg.max_body_bytes)
             predictor = state.current  # read once: this request's version, whatever swaps
             if predictor is None:
@@ -366,6 +393,10 @@ def create_app(
         except RequestRejected as e:
             metrics.requests.labels("predict", str(e.response.status_code)).inc()
             return e.response
+        except Exception:
+            log.exception("scoring a /predict request failed")
+            metrics.requests.labels("predict", "500").inc()
+            return _error(500, "internal_error", "scoring failed; the service's log has why")
         metrics.events.inc(len(ids))
         metrics.requests.labels("predict", "200").inc()
         metrics.latency.observe(time.perf_counter() - started)
@@ -382,11 +413,8 @@ def create_app(
             return _error(503, "not_ready", "no model version is loaded yet")
         return JSONResponse({"status": "ready", "version": current.version})
 
-    @app.get("/version")
-    def version(request: Request) -> Response:
-        if not _authorized(request, token):
-            metrics.requests.labels("version", "401").inc()
-            return _error(401, "unauthorized", "send Authorization: Bearer <token>")
+    @app.get("/version", dependencies=[Depends(token_guard(token, "version"))])
+    def version() -> Response:
         current = state.current
         if current is None:
             return _error(503, "not_ready", "no model version is loaded yet")

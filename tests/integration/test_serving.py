@@ -12,7 +12,9 @@ redis-server, and uvicorn services with both sparse stores follow the registry.
 - Redis layers under concurrent reads: a version being written is never visible half-done
 - atomic delivery: `streamrec publish` + `streamrec deliver` SIGKILLed at random points;
   the pointer always names a whole version and the services keep answering
-- hostile requests (hypothesis): 4xx with a reason, never 5xx, the service keeps serving
+- a scoring failure (a corrupt value in the Redis store) is a counted 500 with its reason
+- hostile requests (hypothesis): 4xx with a reason, never 5xx, the service keeps serving;
+  `streamrec predict` rejects the same events with the same reasons (exit 4)
 - overload: past serving.max_in_flight a fast 503 with its reason and Retry-After, counted;
   the probes answer throughout and the service serves every request once the load goes
 """
@@ -39,6 +41,7 @@ import httpx
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +49,7 @@ from serving_export import delivery
 from serving_export.artifact import verify_artifact
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
+from streaming.feature_signs import signs_of_values
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.local_services import free_port
 from streamrec.passes import pass_dir, read_manifest
@@ -506,6 +510,54 @@ def test_hostile_requests_get_4xx_and_the_service_keeps_serving(stack: Stack) ->
     assert "streamrec_serving_version_age_seconds" in metrics
 
 
+def test_a_scoring_failure_is_a_counted_500_and_the_service_keeps_serving(stack: Stack) -> None:
+    """A value in the Redis store that is no embedding (the store written by something
+    else) fails the scoring of the request that meets it: a 500 with its reason, counted in
+    the metrics, and the service serves again once the value is gone."""
+    svc = stack.services["redis"]
+    event = {"sparse": {"user_id": "a-key-the-store-holds-badly"}}
+    version, _ = svc.predict([event])
+    layer = RedisKeys(stack.cfg.name).sparse_layer(stack.cfg.model.model, version)
+    field = signs_of_values("user_id", ["a-key-the-store-holds-badly"]).astype("<u8").tobytes()
+    r = redis.Redis.from_url(stack.cfg.redis.url)
+    r.hset(layer, field, b"not 36 bytes")
+    try:
+        failed = svc.client.post("/predict", json={"events": [event]})
+        assert (failed.status_code, failed.json()["error"]) == (500, "internal_error")
+        metrics = svc.client.get("/metrics").text
+        assert 'streamrec_serving_requests_total{code="500",endpoint="predict"} 1.0' in metrics
+    finally:
+        r.hdel(layer, field)
+    assert svc.predict([event])[0] == version
+
+
+def test_streamrec_predict_rejects_what_predict_rejects(stack: Stack, tmp_path: Path) -> None:
+    """`streamrec predict` validates an events file as /predict validates a body: the same
+    reason for each bad event, given with its line, exit 4; good lines are scored."""
+    svc = stack.services["inprocess"]
+    good = stack.pass_events(stack.trained[-1])[:3]
+    events = tmp_path / "events.jsonl"
+
+    def predict_cli(*lines: str) -> subprocess.CompletedProcess:
+        events.write_text("".join(f"{line}\n" for line in lines))
+        command = [STREAMREC, "predict", "--config", str(stack.config), "--events", str(events)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    for bad in ([1, 2], {"extra": 1}, {"sparse": {"nope": "1"}}, {"sparse": {"user_id": 1.5}}):
+        r = svc.client.post("/predict", json={"events": [good[0], bad]})
+        assert r.status_code == 422 and r.json()["detail"].startswith("events[1]:"), r.text
+        done = predict_cli(json.dumps(good[0]), json.dumps(bad))
+        assert done.returncode == 4, (bad, done.stderr)
+        assert f"events.jsonl:2: {r.json()['error']}: " in done.stderr, (bad, done.stderr)
+    done = predict_cli(json.dumps(good[0]), "{not json")
+    assert done.returncode == 4 and "events.jsonl:2: bad_json: " in done.stderr, done.stderr
+    done = predict_cli(*(json.dumps(e) for e in good))
+    assert done.returncode == 0, done.stderr
+    printed = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [p["event_id"] for p in printed] == [e["event_id"] for e in good]
+    assert all(0 < p["p_click"] < 1 for p in printed)
+
+
 def test_a_bearer_token_guards_predictions(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
     """With serving.bearer_token_env set, /predict and /version need the token; the probes
     and the metrics stay open for the orchestrator."""
@@ -523,6 +575,7 @@ def test_a_bearer_token_guards_predictions(stack: Stack, monkeypatch: pytest.Mon
         for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": token}):
             r = svc.client.post("/predict", json={"events": events}, headers=headers)
             assert (r.status_code, r.json()["error"]) == (401, "unauthorized"), r.text
+            assert r.headers["www-authenticate"] == "Bearer"  # RFC 6750
         assert svc.client.get("/version").status_code == 401
         auth = {"authorization": f"Bearer {token}"}
         r = svc.client.post("/predict", json={"events": events}, headers=auth)
