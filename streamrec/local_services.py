@@ -156,6 +156,8 @@ def _start_broker(port: int, log_dir: Path, timeout: float) -> RunningService:
     def answers() -> None:
         from kafka import KafkaAdminClient
 
+        # the port first: a Kafka client logs each refused connection as an ERROR
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
         KafkaAdminClient(bootstrap_servers=address, request_timeout_ms=2000).close()
 
     _wait_until(answers, f"Kafka broker on {address}", proc, timeout, log_path)

@@ -1,5 +1,6 @@
 """``streamrec demo --live`` as a user runs it: it prints the Airflow UI address and a login
-that works, serves the UI, and Ctrl-C stops everything it started."""
+that works, serves the UI, logs no ERROR on a normal start, and Ctrl-C stops everything it
+started."""
 
 from __future__ import annotations
 
@@ -26,13 +27,16 @@ def test_live_demo_prints_a_working_login_and_stops_cleanly(repo: Path, tmp_path
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump(raw))
     cli = str(Path(sys.executable).with_name("streamrec"))
-    proc = subprocess.Popen(
-        [cli, "demo", "--live", "--config", str(config), "--rate", "50"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    logged = tmp_path / "demo.log"
+    with open(logged, "w") as log:
+        proc = subprocess.Popen(
+            [cli, "demo", "--live", "--config", str(config), "--rate", "50"],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     started: list[psutil.Process] = []
+    running = ""
     try:
         deadline = time.monotonic() + 300
         line = ""
@@ -55,8 +59,10 @@ def test_live_demo_prints_a_working_login_and_stops_cleanly(repo: Path, tmp_path
         assert any("scheduler" in " ".join(p.cmdline()) for p in started)
         assert any("cluster_main.py" in " ".join(p.cmdline()) for p in started)
     finally:
+        running = logged.read_text()  # what the start logged, before the stop
         proc.send_signal(signal.SIGINT)
         code = proc.wait(120)
     assert code == 0
+    assert running and not [line for line in running.splitlines() if " ERROR " in line], running
     _, alive = psutil.wait_procs(started, timeout=30)
     assert not alive, [p.cmdline() for p in alive]
