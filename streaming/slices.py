@@ -3,7 +3,8 @@
 ``write_slice`` publishes one partition's share of a window; if the slice already exists
 (another builder, or an earlier life of this one, wrote it first) it raises SliceTaken and
 the caller rebuilds that partition's state from the existing slice. ``assemble_pass``
-turns a window whose every partition has a slice into the pass directory, by hard links;
+turns a window whose every partition has a slice (or has cut past it) into the pass
+directory, by hard links;
 any builder may call it, and a lost rename race simply returns the winner's manifest.
 """
 
@@ -154,13 +155,26 @@ def _link(src: Path, dst: Path) -> None:
 def assemble_pass(
     data_root: Path, pass_id: str, partitions: int, schema_version: int, pass_minutes: int
 ) -> PassManifest | None:
-    """Build the pass directory once every partition has its slice; None until then."""
+    """Build the pass directory once every partition has its slice of the window, or has
+    cut past it without one; None until then.
+
+    A partition cuts its windows in order, each once, so one whose newest slice is later
+    than ``pass_id`` and that has none of ``pass_id`` never will: it had nothing there
+    (its first slice came after the window, or the window lay in a run of empty windows it
+    jumped), and any event of it that comes now is late. Without this, a window another
+    partition's slice showed up in only after such a jump waited for ever."""
     final = pass_dir(data_root, pass_id)
     if is_complete(final):
         return read_manifest(final)
-    dirs = [slice_dir(data_root, pass_id, p) for p in range(partitions)]
-    if not all(is_complete(d) for d in dirs):
-        return None
+    dirs = []
+    for partition in range(partitions):
+        directory = slice_dir(data_root, pass_id, partition)
+        if is_complete(directory):
+            dirs.append(directory)
+            continue
+        newest = latest_slice(data_root, partition, pass_minutes)
+        if newest is None or newest.pass_id <= pass_id:
+            return None
     slices = [read_slice(d) for d in dirs]
     tmp = temp_dir_for(final)
     parts = []
@@ -201,5 +215,8 @@ def assemble_pass(
     )
     if not _publish(tmp, final, MANIFEST_NAME, manifest):
         return read_manifest(final)
-    log.info("pass %s complete: %d rows from %d partitions", pass_id, manifest.rows, partitions)
+    log.info(
+        "pass %s complete: %d rows from %d partitions (%d with a slice of it)",
+        *(pass_id, manifest.rows, partitions, len(slices)),
+    )
     return manifest

@@ -1,18 +1,20 @@
 """Publishing a slice or a pass directory: a rename lost to another writer's complete
 directory is "someone else won"; any other failure of the rename is raised, never taken
 for a lost race (a full or read-only disk would otherwise look like another builder's
-slice, and the partition would resume from a slice that does not exist)."""
+slice, and the partition would resume from a slice that does not exist). Assembling a pass
+from the slices of its window."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pydantic import BaseModel
 
-from streaming.slices import _publish
+from streaming.slices import _publish, assemble_pass, write_slice
 from streamrec.atomic_fs import temp_dir_for
-from streamrec.passes import is_complete
+from streamrec.passes import EventCounts, is_complete, pass_dir
 
 
 class _Manifest(BaseModel):
@@ -42,3 +44,32 @@ def test_any_other_rename_failure_is_raised(tmp_path: Path) -> None:
     with pytest.raises(NotADirectoryError):
         _publish(tmp, final, "_slice.json", _Manifest(rows=1))
     assert not tmp.exists()
+
+
+W0, W1, W2 = "202601010000", "202601010001", "202601010002"
+
+
+def _slice(root: Path, window: str, partition: int, rows: int) -> None:
+    table = pa.table({"event_id": [f"{window}-{i}" for i in range(rows)], "label": [0] * rows})
+    fields = {"offsets": {}, "resume_offsets": {}, "consumed_to": {}, "counts": EventCounts()}
+    write_slice(root, 1, window, partition, table, 1, fields)
+
+
+def test_a_pass_assembles_once_each_partition_has_its_slice_or_has_cut_past_it(
+    tmp_path: Path,
+) -> None:
+    """Partition 0's first slice is of W1: its W0 was empty, and W0 must not wait for it (a
+    partition's first slice can come before another's earlier one is written)."""
+    _slice(tmp_path, W1, 0, 2)
+    assert assemble_pass(tmp_path, W0, 2, 1, 1) is None  # partition 1 has written nothing
+    _slice(tmp_path, W0, 1, 3)
+    w0 = assemble_pass(tmp_path, W0, 2, 1, 1)
+    assert w0 is not None and (w0.rows, w0.partitions, len(w0.parts)) == (3, 2, 1)
+    assert is_complete(pass_dir(tmp_path, W0))
+    # partition 1 has not cut past W1 yet: W1 waits for it, and W2 for both
+    assert assemble_pass(tmp_path, W1, 2, 1, 1) is None
+    _slice(tmp_path, W2, 0, 1)
+    assert assemble_pass(tmp_path, W2, 2, 1, 1) is None
+    _slice(tmp_path, W1, 1, 0)
+    w1 = assemble_pass(tmp_path, W1, 2, 1, 1)
+    assert w1 is not None and w1.rows == 2
