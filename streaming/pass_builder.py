@@ -39,7 +39,6 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
@@ -66,6 +65,7 @@ from streaming.slices import (
     write_slice,
 )
 from streaming.topics import CONSUMER_FETCH, HEARTBEAT_MS, ensure_topic, partition_count
+from streaming.windows import WindowCutter, watermark_ms
 from streamrec.atomic_fs import remove_stale_temps, write_text_atomic
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
 from streamrec.entry import run_command
@@ -75,13 +75,11 @@ from streamrec.passes import (
     PartitionHold,
     PartitionRange,
     PassManifest,
-    compose_pass_id,
     hold_path,
     is_complete,
     next_pass_id,
     pass_dir,
     slices_root,
-    window_ms,
 )
 
 log = logging.getLogger(__name__)
@@ -173,9 +171,8 @@ class PassBuilder:
         self._arrow_schema = pass_table_schema(cfg.feature_schema)
         self._lateness_ms = cfg.passes.allowed_lateness_seconds * 1000
         self._label_delay_ms = cfg.join.label_window_seconds * 1000 if self._click_join else 0
+        self._windows = WindowCutter(self._minutes, self._label_delay_ms, cfg.passes.max_gap_passes)
         self._owned: dict[int, _Partition] = {}
-        self._window_ms = self._minutes * 60_000
-        self._window_ids: dict[int, str] = {}  # window number -> pass id
         self._future_limit_ms = 0.0
         self._dlq_unflushed = False
         self._known: set[str] = set()  # pass ids with at least one slice
@@ -354,7 +351,7 @@ class PassBuilder:
             times = table.column("event_time_ms")
             newest = pc.max(times).as_py()
             if newest <= self._future_limit_ms or newest <= self._refresh_future_limit():
-                windows = self._windows_of(times.to_numpy())
+                windows = self._windows.pass_ids_of(times.to_numpy())
                 state.join.add_impressions(windows, table)
                 self._saw(state, IMPRESSIONS, newest)
                 return
@@ -383,7 +380,7 @@ class PassBuilder:
                 continue
             row["kafka_partition"], row["kafka_offset"] = partition, offset
             rows.append(row)
-            windows.append(self._window_of(event_ms))
+            windows.append(self._windows.pass_id_of(event_ms))
             newest = max(newest, event_ms)
         if rows:
             state.join.add_impressions(
@@ -409,19 +406,6 @@ class PassBuilder:
         if event_ms > state.newest_ms.get(kind, 0):
             state.newest_ms[kind] = event_ms
 
-    def _windows_of(self, times: Any) -> list[str]:
-        """Pass ids of an array of event times (each distinct window formatted once)."""
-        numbers = times // self._window_ms
-        ids = {int(n): self._window_of(int(n) * self._window_ms) for n in np.unique(numbers)}
-        return [ids[n] for n in numbers.tolist()]
-
-    def _window_of(self, event_ms: int) -> str:
-        window = event_ms // self._window_ms
-        pass_id = self._window_ids.get(window)
-        if pass_id is None:
-            pass_id = self._window_ids[window] = compose_pass_id(event_ms, self._minutes)
-        return pass_id
-
     def _check_time(self, event_ms: int) -> int:
         # the limit moves with the wall clock; re-read it only when an event reaches it
         if event_ms > self._future_limit_ms and event_ms > self._refresh_future_limit():
@@ -439,28 +423,23 @@ class PassBuilder:
         return highwater is not None and self._consumer.position(tp) >= highwater
 
     def watermark_ms(self, partition: int, now: float | None = None) -> int:
-        """Event time up to which partition ``partition`` has seen everything.
-
-        The minimum over its topics of their newest event time, so the topic read later
-        cannot have its events declared late. A topic is left out only when it is idle:
-        caught up with the broker *and* without news for ``idle_partition_seconds`` (a
-        partition with a backlog is never idle, however long the other one keeps the
-        consumer busy). If all are idle, the newest event time of every owned partition is
-        used, so a quiet partition still closes its windows."""
+        """Event time up to which partition ``partition`` has seen everything
+        (``streaming.windows.watermark_ms``). A topic is idle when it is caught up with the
+        broker *and* without news for ``idle_partition_seconds``: a partition with a backlog
+        is never idle, however long the other one keeps the consumer busy."""
         now = time.monotonic() if now is None else now
         state = self._owned[partition]
         idle_s = self.cfg.passes.idle_partition_seconds
-
-        def idle(kind: str) -> bool:
-            quiet = now - state.last_seen[kind] >= idle_s
-            return quiet and self._caught_up(self.topics[kind], partition)
-
-        active = [state.newest_ms.get(k, 0) for k in self.topics if not idle(k)]
-        if active:
-            newest = min(active)  # 0 while an active topic has sent nothing yet: wait for it
-        else:
-            newest = max((t for s in self._owned.values() for t in s.newest_ms.values()), default=0)
-        return newest - self._lateness_ms
+        idle = {
+            kind
+            for kind in self.topics
+            if now - state.last_seen[kind] >= idle_s
+            and self._caught_up(self.topics[kind], partition)
+        }
+        newest_anywhere = max(
+            (t for s in self._owned.values() for t in s.newest_ms.values()), default=0
+        )
+        return watermark_ms(state.newest_ms, self.topics, idle, newest_anywhere, self._lateness_ms)
 
     # -- open transactions -------------------------------------------------------------------
 
@@ -606,39 +585,19 @@ class PassBuilder:
         candidates = set(state.join.pending) | {
             p for p in self._known if closed is None or p > closed
         }
-
-        def complete(window: str) -> bool:
-            return window_ms(window, self._minutes)[1] + self._label_delay_ms <= watermark
-
-        ready = [w for w in candidates if complete(w)]
-        if not ready or not self._finish_write(partition, wait=False):
+        windows = self._windows.to_cut(candidates, closed, watermark)
+        if not windows or not self._finish_write(partition, wait=False):
             return
-        state = self._owned[partition]
-        closed = state.join.closed_through
-        newest = max(ready)
-        window = min(candidates) if closed is None else next_pass_id(closed, self._minutes)
-        while window <= newest:
-            window = self._skip_long_gap(partition, window, candidates)
-            self._cut(partition, window)
-            window = next_pass_id(window, self._minutes)
-            if window <= newest and not self._finish_write(partition):
+        for i, window in enumerate(windows):
+            if i and not self._finish_write(partition):
                 return  # the partition was resynced from someone else's slice
-
-    def _skip_long_gap(self, partition: int, window: str, candidates: set[str]) -> str:
-        """``window``, or the next window with data when more than ``max_gap_passes`` empty
-        windows lie between (an outlier timestamp, not a quiet stream)."""
-        if window in candidates:
-            return window
-        following = min(w for w in candidates if w > window)
-        pass_ms = self._minutes * 60_000
-        start, end = window_ms(window, self._minutes)[0], window_ms(following, self._minutes)[0]
-        gap = (end - start) // pass_ms
-        if gap <= self.cfg.passes.max_gap_passes:
-            return window
-        log.warning(
-            "partition %d: skipping %d empty windows %s..%s", partition, gap, window, following
-        )
-        return following
+            if closed is not None and window != (expected := next_pass_id(closed, self._minutes)):
+                log.warning(
+                    "partition %d: skipping the empty windows %s up to %s (passes.max_gap_passes)",
+                    *(partition, expected, window),
+                )
+            self._cut(partition, window)
+            closed = window
 
     def _assemble(self) -> list[PassManifest]:
         done = []
