@@ -5,9 +5,10 @@
 Events are validated as ``/predict`` validates them (``streaming.events.scoring_row``; in
 ``streamrec predict`` a bad line is exit 4, naming the line and the reason), sparse values
 become feature signs with the same hash as training, each slot's embeddings are looked up
-(zeros for values training never saw) and sum-pooled, and Paddle Inference runs the dense program. A Predictor is
-immutable and thread-safe: it holds a pool of Paddle predictors (clones sharing the
-weights), one per concurrent scorer; the service swaps whole Predictors between versions.
+(zeros for values training never saw) and sum-pooled, and Paddle Inference runs the dense
+program. A Predictor is immutable and thread-safe: it holds a pool of Paddle predictors
+(clones sharing the weights), one per concurrent scorer; the service swaps whole
+Predictors between versions.
 """
 
 from __future__ import annotations
