@@ -127,10 +127,11 @@ def _deliver(args: argparse.Namespace) -> int:
 
 def _publish(args: argparse.Namespace) -> int:
     from serving_export.delivery import publish, stored_decision
+    from trainers.export_spec import read_export_spec
 
     cfg = _config(args.config)
-    spec = json.loads((args.raw_export / "export_spec.json").read_text())
-    manifest = publish(cfg, args.raw_export, stored_decision(cfg, spec["pass_id"]))
+    spec = read_export_spec(args.raw_export)
+    manifest = publish(cfg, args.raw_export, stored_decision(cfg, spec.pass_id))
     print(json.dumps({"version": manifest["version"], "sparse": manifest["sparse"]}))
     return 0
 

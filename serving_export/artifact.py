@@ -41,6 +41,7 @@ from streaming.feature_signs import SIGN_VERSION
 from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for
 from streamrec.config import PipelineConfig
 from streamrec.passes import pass_dir, read_manifest
+from trainers.export_spec import ExportSpec, read_export_spec
 
 log = logging.getLogger(__name__)
 
@@ -88,18 +89,15 @@ def _parent(model_dir: Path, version: str, chain: list[str]) -> dict[str, Any] |
     return None
 
 
-def _freshness(cfg: PipelineConfig, spec: dict[str, Any]) -> dict[str, Any]:
+def _freshness(cfg: PipelineConfig, spec: ExportSpec) -> dict[str, Any]:
     """When the version's data ended (event time), became a complete pass and was trained;
     ``created_at`` is when it was published, the registry adds when it began serving."""
-    pass_manifest = read_manifest(pass_dir(cfg.paths.data_root, spec["pass_id"]))
+    pass_manifest = read_manifest(pass_dir(cfg.paths.data_root, spec.pass_id))
+    trained_at = spec.trained_at
     return {
         "window_end": datetime.fromtimestamp(pass_manifest.window_end_ms / 1000, UTC).isoformat(),
         "pass_completed_at": pass_manifest.created_at,
-        "trained_at": (
-            datetime.fromtimestamp(spec["trained_at"], UTC).isoformat()
-            if spec.get("trained_at")
-            else None
-        ),
+        "trained_at": datetime.fromtimestamp(trained_at, UTC).isoformat() if trained_at else None,
     }
 
 
@@ -108,44 +106,34 @@ def package_export(
 ) -> dict[str, Any]:
     """Build, verify and publish the artifact of a raw export; its manifest."""
     raw_export = Path(raw_export)
-    spec_path = raw_export / "export_spec.json"
-    if not (raw_export / "_SUCCESS").is_file() or not spec_path.is_file():
-        raise ExportInvalid(
-            f"{raw_export} is not a complete raw export (no _SUCCESS / export_spec.json)"
-        )
-    spec = json.loads(spec_path.read_text())
-    if "onnx" not in spec:
-        raise ExportInvalid(
-            f"{raw_export} is a raw export of an older streamrec (no ONNX twin): export the "
-            "pass again"
-        )
-    version = spec["pass_id"]
+    spec = read_export_spec(raw_export)
+    version = spec.pass_id
     final = artifact_dir(cfg, version)
     published = read_published(final)
     if published is not None:
         log.info("artifact %s already published", final)
         return published
 
-    chain = [c["pass_id"] + "-" + c["kind"] for c in spec["chain"]]
+    chain = [c.name for c in spec.chain]
     parent = _parent(final.parent, version, chain)
     saves = chain[len(parent["chain"]) :] if parent else chain
-    root = Path(spec["checkpoint_root"])
+    root = Path(spec.checkpoint_root)
     missing = [name for name in saves if not (root / name).is_dir()]
     if missing:
         raise ExportInvalid(f"{raw_export}: checkpoint saves {missing} are gone from {root}")
     table: SparseEmbeddings = newest_wins(
-        [read_save(root / name, spec["saved_value_layout"]) for name in saves]
+        [read_save(root / name, spec.saved_value_layout) for name in saves]
     )
 
     tmp = temp_dir_for(final)
     for suffix in (".pdmodel", ".pdiparams"):
         shutil.copyfile(
-            raw_export / f"{spec['model_prefix']}{suffix}", tmp / f"{MODEL_PREFIX}{suffix}"
+            raw_export / f"{spec.model_prefix}{suffix}", tmp / f"{MODEL_PREFIX}{suffix}"
         )
-    onnx = spec["onnx"]
-    if onnx["file"]:  # written by the exporting worker (trainers.onnx_twin)
-        shutil.copyfile(raw_export / onnx["file"], tmp / ONNX_NAME)
-        onnx = {**onnx, "file": ONNX_NAME}
+    onnx = spec.onnx.model_dump()
+    if spec.onnx.file:  # written by the exporting worker (trainers.onnx_twin)
+        shutil.copyfile(raw_export / spec.onnx.file, tmp / ONNX_NAME)
+        onnx["file"] = ONNX_NAME
     (tmp / "sparse").mkdir()
     np.save(tmp / "sparse" / "keys.npy", table.keys)
     np.save(tmp / "sparse" / "values.npy", table.values)
@@ -155,19 +143,19 @@ def package_export(
         "artifact_version": ARTIFACT_VERSION,
         "model": cfg.model.model,
         "version": version,
-        "pass_id": spec["pass_id"],
+        "pass_id": spec.pass_id,
         "created_at": datetime.now(UTC).isoformat(),
         "metrics": metrics,
-        "slot_feeds": spec["slot_feeds"],
-        "dense_feed": spec["dense_feed"],
-        "embedding_dim": spec["embedding_dim"],
+        "slot_feeds": spec.slot_feeds,
+        "dense_feed": spec.dense_feed,
+        "embedding_dim": spec.embedding_dim,
         "sign_version": SIGN_VERSION,
-        "feature_schema": spec["feature_schema"],
+        "feature_schema": spec.feature_schema,
         "sparse": {
             "kind": "delta" if parent else "full",
             "parent": parent["version"] if parent else None,
             "keys": len(table.keys),
-            "table_keys": spec["chain"][-1]["table_keys"],
+            "table_keys": spec.chain[-1].table_keys,
         },
         "chain": chain,
         "onnx": onnx,

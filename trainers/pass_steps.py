@@ -18,7 +18,6 @@ Every worker calls every step: Paddle's saves run on worker 0 between barriers.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import shutil
@@ -36,7 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streaming.pipe_reader import LABEL_VAR, convert_file, pipe_command, text_command
-from streamrec.atomic_fs import publish_dir, temp_dir_for, write_text_atomic
+from streamrec.atomic_fs import publish_dir, temp_dir_for
 from streamrec.config import PipelineConfig
 from streamrec.passes import PassManifest, pass_dir, read_manifest
 from trainers import dense_tables
@@ -51,6 +50,7 @@ from trainers.checkpoints import (
     write_info,
 )
 from trainers.dense_average import IterateAverage
+from trainers.export_spec import EXPORT_VERSION, ExportSpec, OnnxTwin, write_export_spec
 from trainers.instance_dump import point_dump, read_dump, read_dump_with_ids
 from trainers.intercept import add_to_bias, intercept_shift
 from trainers.metrics import STAT_NAMES, metrics_from_stats, stats_from_predictions
@@ -62,8 +62,6 @@ from trainers.sync_mode import SyncRounds
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-EXPORT_SPEC = "export_spec.json"
-EXPORT_VERSION = 3  # 3: the ONNX twin is in the raw export
 EXPORT_MODEL_PREFIX = "model"
 
 
@@ -655,22 +653,22 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
         tmp = temp_dir_for(raw)
         _save_dense_inference_model(ctx, tmp / EXPORT_MODEL_PREFIX)
         onnx = write_onnx_twin(tmp / EXPORT_MODEL_PREFIX)
-        spec = {
-            "export_version": EXPORT_VERSION,
-            "pass_id": pass_id,
-            "model": ctx.cfg.model.model,
-            "model_prefix": EXPORT_MODEL_PREFIX,
-            "slot_feeds": ctx.graph.pooled,
-            "dense_feed": ctx.graph.dense_var,
-            "embedding_dim": ctx.cfg.model.hyper_parameters.sparse_feature_dim,
-            "saved_value_layout": saved_value_layout(ctx.cfg.model).to_dict(),
-            "feature_schema": ctx.cfg.feature_schema.model_dump(mode="json"),
-            "checkpoint_root": str(Path(ctx.cfg.paths.checkpoint_root)),
-            "chain": [i.model_dump(mode="json", exclude={"train"}) for i in ctx.chain],
-            "trained_at": (ctx.chain[-1].train or {}).get("trained_at"),
-            "onnx": onnx,
-        }
-        write_text_atomic(tmp / EXPORT_SPEC, json.dumps(spec, indent=2))
+        spec = ExportSpec(
+            export_version=EXPORT_VERSION,
+            pass_id=pass_id,
+            model=ctx.cfg.model.model,
+            model_prefix=EXPORT_MODEL_PREFIX,
+            slot_feeds=ctx.graph.pooled,
+            dense_feed=ctx.graph.dense_var,
+            embedding_dim=ctx.cfg.model.hyper_parameters.sparse_feature_dim,
+            saved_value_layout=saved_value_layout(ctx.cfg.model).to_dict(),
+            feature_schema=ctx.cfg.feature_schema.model_dump(mode="json"),
+            checkpoint_root=str(Path(ctx.cfg.paths.checkpoint_root)),
+            chain=tuple(i.model_copy(update={"train": None}) for i in ctx.chain),
+            trained_at=(ctx.chain[-1].train or {}).get("trained_at"),
+            onnx=OnnxTwin(**onnx),
+        )
+        write_export_spec(tmp, spec)
         (tmp / "_SUCCESS").touch()
         publish_dir(tmp, raw)
 
