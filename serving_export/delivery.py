@@ -24,6 +24,7 @@ from serving_export.sparse_store import InProcessStore, RedisStore
 from streamrec.config import PipelineConfig
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
+from trainers.results import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -51,18 +52,20 @@ def _stored_gate(cfg: PipelineConfig, pass_id: str) -> GateDecision | None:
 def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
     """Judge the pass's candidate against the gate and the serving model, once per pass:
     a re-run returns the stored decision instead of judging against a newer serving model."""
-    stored = _stored_gate(cfg, train_result["pass_id"])
+    result = TrainResult.from_reply(train_result)
+    stored = _stored_gate(cfg, result.pass_id)
     if stored is not None:
         return stored
     try:
-        serving_metrics = registry_for(cfg).serving().get("metrics")
+        serving_metrics = registry_for(cfg).serving().get("metrics") or {}
     except NothingServing:
-        serving_metrics = None
-    decision = judge(train_result, serving_metrics, cfg.gate)
-    _record(cfg, train_result["pass_id"], "gate", decision.to_dict())
+        serving_metrics = {}
+    serving_auc = serving_metrics.get("auc")
+    decision = judge(result, None if serving_auc is None else float(serving_auc), cfg.gate)
+    _record(cfg, result.pass_id, "gate", decision.to_dict())
     log.info(
         "pass %s gate: %s %s",
-        train_result["pass_id"],
+        result.pass_id,
         "PASS" if decision.passed else "REJECT",
         "; ".join(decision.reasons),
     )

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from streamrec.config import GateConfig
+from trainers.results import TrainResult
 
 
 @dataclass(frozen=True)
@@ -30,19 +31,14 @@ class GateDecision:
         return asdict(self)
 
 
-def judge(
-    train_result: dict[str, Any], serving_metrics: dict[str, Any] | None, gate: GateConfig
-) -> GateDecision:
-    """Decide on the candidate of one pass from its train result and the serving metrics."""
-    test = train_result.get("test", {})
-    auc = float(test.get("auc", math.nan))
-    serving_auc = (
-        float(serving_metrics["auc"]) if serving_metrics and "auc" in serving_metrics else None
-    )
+def judge(result: TrainResult, serving_auc: float | None, gate: GateConfig) -> GateDecision:
+    """Decide on the candidate of one pass from its train result and the serving model's
+    gate AUC (None when nothing serves yet)."""
+    auc = result.test.auc
     reasons = []
-    if train_result.get("rows", 0) < gate.min_rows:
-        reasons.append(f"rows {train_result.get('rows', 0)} < min_rows {gate.min_rows}")
-    if not train_result.get("count_matches_manifest", False):
+    if result.rows < gate.min_rows:
+        reasons.append(f"rows {result.rows} < min_rows {gate.min_rows}")
+    if not result.count_matches_manifest:
         reasons.append("evaluated row count differs from the pass manifest")
     if not math.isfinite(auc):
         reasons.append("AUC is not finite")
@@ -52,6 +48,6 @@ def judge(
         reasons.append(
             f"AUC {auc:.4f} is more than {gate.max_auc_drop} below serving {serving_auc:.4f}"
         )
-    if not math.isfinite(float(test.get("predicted_ctr", math.nan))):
+    if not math.isfinite(result.test.predicted_ctr):
         reasons.append("predictions are not finite")
     return GateDecision(not reasons, auc, serving_auc, reasons)

@@ -56,6 +56,7 @@ from trainers.intercept import add_to_bias, intercept_shift
 from trainers.metrics import STAT_NAMES, metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS, ModelGraph
 from trainers.onnx_twin import write_onnx_twin
+from trainers.results import TrainResult
 from trainers.strategy import saved_value_layout
 from trainers.sync_mode import SyncRounds
 
@@ -412,29 +413,29 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
             "pass %s: scored %d rows (expected %d) and trained on %d, the manifest has %d",
             *(pass_id, test.count, scored, train.count, manifest.rows),
         )
-    result = {
-        "pass_id": pass_id,
-        "rows": manifest.rows,
-        "count_matches_manifest": counts_match,
-        "test": test.to_dict(),
-        "train": train.to_dict(),
-        "seconds": seconds,
-        "workers": ctx.workers,
-        "reader": runner.reader_type,
-        "progressive": runner.progressive,
-        "progressive_every": every,
-        "sync_mode": runner.sync_mode,
-        "sync_rounds": ctx.sync.summary() if ctx.sync else None,
-        "dense_average": averaged,
-        "intercept": intercept,
-        "started_at": started_at,  # epoch seconds: scheduling latency and freshness
-        "trained_at": time.time(),
-    }
+    result = TrainResult(  # its contract checked before the save makes the pass count
+        pass_id=pass_id,
+        rows=manifest.rows,
+        count_matches_manifest=counts_match,
+        test=test,
+        train=train,
+        seconds=seconds,
+        workers=ctx.workers,
+        reader=runner.reader_type,
+        progressive=runner.progressive,
+        progressive_every=every,
+        sync_mode=runner.sync_mode,
+        sync_rounds=ctx.sync.summary() if ctx.sync else None,
+        dense_average=averaged,
+        intercept=intercept,
+        started_at=started_at,  # epoch seconds: scheduling latency and freshness
+        trained_at=time.time(),
+    )
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
     with ctx.stage("save", seconds, blocking=True):
-        info = _save(ctx, pass_id, kind, command_id, manifest, result)
-    result["checkpoint"] = _checkpoint_summary(ctx, info)
-    return result
+        info = _save(ctx, pass_id, kind, command_id, manifest, result.reply())
+    saved = {"checkpoint": _checkpoint_summary(ctx, info), "seconds": seconds}
+    return result.model_copy(update=saved).reply()
 
 
 def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:

@@ -4,19 +4,40 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from serving_export.quality_gate import judge
 from streamrec.config import GateConfig
+from streamrec.errors import ContractError
+from trainers.metrics import PassMetrics
+from trainers.results import TrainResult
 
 GATE = GateConfig(min_auc=0.6, max_auc_drop=0.02, min_rows=100)
 
 
-def _result(auc: float, rows: int = 1000, matches: bool = True, ctr: float = 0.2) -> dict:
-    return {
-        "pass_id": "202601010000",
-        "rows": rows,
-        "count_matches_manifest": matches,
-        "test": {"auc": auc, "predicted_ctr": ctr},
-    }
+def _metrics(auc: float, ctr: float) -> PassMetrics:
+    return PassMetrics(1000, auc, 0.45, 1.0, 0.3, 0.4, 0.2, ctr, 0.01)
+
+
+def _result(auc: float, rows: int = 1000, matches: bool = True, ctr: float = 0.2) -> TrainResult:
+    return TrainResult(
+        pass_id="202601010000",
+        rows=rows,
+        count_matches_manifest=matches,
+        test=_metrics(auc, ctr),
+        train=_metrics(0.8, 0.2),
+        seconds={},
+        workers=2,
+        reader="QueueDataset",
+        progressive="sample",
+        progressive_every=1,
+        sync_mode="async",
+        sync_rounds=None,
+        dense_average=None,
+        intercept=None,
+        started_at=0.0,
+        trained_at=1.0,
+    )
 
 
 def test_passes_a_good_first_model() -> None:
@@ -26,9 +47,21 @@ def test_passes_a_good_first_model() -> None:
 
 def test_rejects_each_failure_with_a_reason() -> None:
     assert "min_auc" in judge(_result(0.55), None, GATE).reasons[0]
-    assert "below serving" in judge(_result(0.70), {"auc": 0.75}, GATE).reasons[0]
-    assert judge(_result(0.74), {"auc": 0.75}, GATE).passed  # within max_auc_drop
+    assert "below serving" in judge(_result(0.70), 0.75, GATE).reasons[0]
+    assert judge(_result(0.74), 0.75, GATE).passed  # within max_auc_drop
     assert "min_rows" in judge(_result(0.9, rows=10), None, GATE).reasons[0]
     assert "row count" in judge(_result(0.9, matches=False), None, GATE).reasons[0]
     assert "not finite" in judge(_result(math.nan), None, GATE).reasons[0]
     assert "predictions" in judge(_result(0.9, ctr=math.nan), None, GATE).reasons[0]
+
+
+def test_a_train_result_missing_or_renaming_a_field_fails_at_the_boundary() -> None:
+    """A renamed key must not read as a model that measured nothing ("AUC is not finite")."""
+    reply = _result(0.7).reply()
+    assert TrainResult.from_reply(reply) == _result(0.7)  # NaN-free: equal after the trip
+    # the control plane reads a re-sent command's markers by their presence
+    assert "already_in_model" not in reply and "already_done" not in reply
+    reply["progressive_auc"] = reply.pop("test")
+    with pytest.raises(ContractError, match="test") as failed:
+        TrainResult.from_reply(reply)
+    assert "202601010000" in str(failed.value)
