@@ -29,6 +29,7 @@ from streamrec.config import PipelineConfig, dump_config, load_config
 from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
 from streamrec.passes import is_complete, pass_dir
+from streamrec.waiting import poll_until
 from trainers.launcher import LocalCluster
 
 log = logging.getLogger("demo")
@@ -36,11 +37,9 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "pipeline.
 
 
 def _wait_for_pass(cfg: PipelineConfig, pass_id: str, timeout_s: float = 300) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not is_complete(pass_dir(cfg.paths.data_root, pass_id)):
-        if time.monotonic() > deadline:
-            raise StreamrecError(f"pass {pass_id} did not appear within {timeout_s:.0f}s")
-        time.sleep(0.2)
+    directory = pass_dir(cfg.paths.data_root, pass_id)
+    if poll_until(lambda: is_complete(directory) or None, timeout_s, 0.2) is None:
+        raise StreamrecError(f"pass {pass_id} did not appear within {timeout_s:.0f}s")
 
 
 def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:

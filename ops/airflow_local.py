@@ -16,13 +16,13 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamrec.errors import ServiceError
 from streamrec.local_services import free_port
+from streamrec.waiting import poll_until
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +138,8 @@ class LocalAirflow:
         self.migrate()
         for component in COMPONENTS:
             self.start(component)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def answers() -> bool | None:
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise ServiceError(
@@ -148,10 +148,12 @@ class LocalAirflow:
                     )
             try:
                 with urllib.request.urlopen(f"{self.url}/api/v2/monitor/health", timeout=2):
-                    return
+                    return True
             except OSError:
-                time.sleep(1)
-        raise ServiceError(f"the airflow api-server did not answer on {self.url}")
+                return None
+
+        if poll_until(answers, timeout_s, 1.0) is None:
+            raise ServiceError(f"the airflow api-server did not answer on {self.url}")
 
     def stop(self, component: str, timeout_s: float = 60) -> None:
         """SIGTERM one service (what systemd and compose send), SIGKILL if it lingers."""

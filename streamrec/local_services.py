@@ -13,13 +13,13 @@ import random
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from streamrec.errors import ServiceError
+from streamrec.waiting import poll_until
 
 log = logging.getLogger(__name__)
 
@@ -67,21 +67,24 @@ class PortTaken(ServiceError):
 
 
 def _wait_until(check, what: str, proc: subprocess.Popen, timeout: float, log_path: Path) -> None:
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
+    last: list[Exception] = []  # why the service did not answer the last time
+
+    def answers() -> bool | None:
         if proc.poll() is not None:
             message = f"{what} exited with code {proc.returncode} at start; see {log_path}"
             in_use = "in use" in log_path.read_text(errors="replace")
             raise PortTaken(message) if in_use else ServiceError(message)
         try:
             check()
-            return
         except Exception as e:  # the service is not answering yet
-            last = e
-            time.sleep(0.1)
-    proc.kill()
-    raise ServiceError(f"{what} did not answer within {timeout:.0f}s ({last}); see {log_path}")
+            last[:] = [e]
+            return None
+        return True
+
+    if poll_until(answers, timeout, 0.1) is None:
+        proc.kill()
+        why = last[0] if last else "no answer"
+        raise ServiceError(f"{what} did not answer within {timeout:.0f}s ({why}); see {log_path}")
 
 
 def _on_a_free_port(start: Callable[[int], RunningService], attempts: int = 3) -> RunningService:

@@ -24,6 +24,7 @@ from streamrec.config import PipelineConfig
 from streamrec.passes import closes_day
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
+from streamrec.waiting import poll_until
 from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
 
 log = logging.getLogger(__name__)
@@ -102,9 +103,9 @@ class ClusterClient:
 
     def wait(self, command_id: str, timeout_s: float | None = None) -> dict[str, Any]:
         """Block until the command is done; its result. Raises on failure or timeout."""
-        deadline = time.monotonic() + (timeout_s or self._timeout)
-        no_worker_since: float | None = None
-        while time.monotonic() < deadline:
+        no_worker_since: list[float] = []  # since when no worker has sent a heartbeat
+
+        def result() -> dict[str, Any] | None:
             state = self._r.hgetall(self._keys.command(command_id))
             if state.get("status") == "done":
                 return json.loads(state.get("result") or "{}")
@@ -114,17 +115,22 @@ class ClusterClient:
                     f"failed on the cluster: {state.get('error')}"
                 )
             if self.live_workers() or self._restarting():
-                no_worker_since = None
-            else:
-                no_worker_since = no_worker_since or time.monotonic()
-                grace = 5 * self._heartbeat + 10
-                if time.monotonic() - no_worker_since > grace:
-                    raise ClusterUnavailable(
-                        f"no trainer worker has sent a heartbeat for {grace:.0f}s; "
-                        "is the cluster running? (streamrec cluster --config ...)"
-                    )
-            time.sleep(0.05)  # a small pass's command takes about a second
-        raise CommandTimeout(f"command {command_id} did not finish within the timeout")
+                no_worker_since.clear()
+                return None
+            no_worker_since[:] = no_worker_since or [time.monotonic()]
+            grace = 5 * self._heartbeat + 10
+            if time.monotonic() - no_worker_since[0] > grace:
+                raise ClusterUnavailable(
+                    f"no trainer worker has sent a heartbeat for {grace:.0f}s; "
+                    "is the cluster running? (streamrec cluster --config ...)"
+                )
+            return None
+
+        # a small pass's command takes about a second: polled every 50 ms
+        done = poll_until(result, timeout_s or self._timeout, 0.05)
+        if done is None:
+            raise CommandTimeout(f"command {command_id} did not finish within the timeout")
+        return done
 
     def _restarting(self) -> bool:
         """The node agents are forming a new generation of the cluster: its workers are

@@ -14,12 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 
 from streamrec.errors import StreamrecError
+from streamrec.waiting import poll_until
 from trainers import cluster_main
 from trainers.control_plane import GENERATION_ENV, NODE_ENV, STARTED_ENV, ClusterClient
 from trainers.errors import ClusterUnavailable
@@ -172,22 +172,23 @@ def wait_for_workers(
 ) -> None:
     """Block until ``workers`` of this node's workers send heartbeats (a killed one's linger
     a few seconds, so only this fleetrun's members count)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def reported() -> bool | None:
         if not processes.running:
             raise ClusterUnavailable(
                 f"fleetrun exited with {processes.exit_code} during start; "
                 f"see {processes.log_dir}/workerlog.* and serverlog.*"
             )
         ours = {p.pid for p in processes.members()}
-        if sum(w["pid"] in ours for w in client.live_workers()) >= workers:
-            log.info("cluster ready: %d workers alive", workers)
-            return
-        time.sleep(0.5)
-    processes.kill()
-    raise ClusterUnavailable(
-        f"workers did not report within {timeout_s:.0f}s; see {processes.log_dir}/workerlog.*"
-    )
+        alive = sum(w["pid"] in ours for w in client.live_workers())
+        return True if alive >= workers else None
+
+    if poll_until(reported, timeout_s, 0.5) is None:
+        processes.kill()
+        raise ClusterUnavailable(
+            f"workers did not report within {timeout_s:.0f}s; see {processes.log_dir}/workerlog.*"
+        )
+    log.info("cluster ready: %d workers alive", workers)
 
 
 def stop_gracefully(
@@ -215,9 +216,10 @@ def stop_gracefully(
 def _busy_states(client: ClusterClient, heartbeat_s: float) -> list[str]:
     """States of the workers that are not idle; a command the client saw finish may still
     show for a moment (its result is recorded before the worker turns idle)."""
-    deadline = time.monotonic() + 2 * heartbeat_s
-    while True:
-        busy = [w["state"] for w in client.live_workers() if w.get("state") != "idle"]
-        if not busy or time.monotonic() >= deadline:
-            return busy
-        time.sleep(0.1)
+
+    def busy() -> list[str]:
+        return [w["state"] for w in client.live_workers() if w.get("state") != "idle"]
+
+    if poll_until(lambda: [] if not busy() else None, 2 * heartbeat_s, 0.1) is not None:
+        return []
+    return busy()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import uuid
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from streamrec.atomic_fs import write_text_atomic
 from streamrec.config import PathConfig
 from streamrec.errors import ConfigError
 from streamrec.redis_keys import RedisKeys
+from streamrec.waiting import poll_until
 
 log = logging.getLogger(__name__)
 
@@ -62,22 +62,22 @@ def check_shared_storage(
 
 
 def _find_marker(name: str, root: Path, expected: dict, node: str, wait_s: float) -> None:
-    deadline = time.monotonic() + wait_s
-    while True:
+    found: list[dict | None] = [None]  # the marker read the last time
+
+    def marked() -> bool | None:
         try:
-            found = json.loads((root / MARKER).read_text())
+            found[0] = json.loads((root / MARKER).read_text())
         except (OSError, ValueError):
-            found = None
-        if found and found.get("token") == expected["token"]:
-            return
-        if time.monotonic() >= deadline:
-            what = "no marker" if found is None else f"another marker ({found.get('node')}'s)"
-            raise ConfigError(
-                f"paths.{name}: {root} on node {node} holds {what}, not the one node "
-                f"{expected['node']} wrote there: every node must see the same storage at "
-                f"paths.{name} (one shared POSIX mount, at the same path on every host)"
-            )
-        time.sleep(0.5)
+            found[0] = None
+        return True if found[0] and found[0].get("token") == expected["token"] else None
+
+    if poll_until(marked, wait_s, 0.5) is None:
+        what = "no marker" if found[0] is None else f"another marker ({found[0].get('node')}'s)"
+        raise ConfigError(
+            f"paths.{name}: {root} on node {node} holds {what}, not the one node "
+            f"{expected['node']} wrote there: every node must see the same storage at "
+            f"paths.{name} (one shared POSIX mount, at the same path on every host)"
+        )
 
 
 def keep_marker(r: redis.Redis, keys: RedisKeys, ttl_s: float) -> None:
