@@ -11,20 +11,21 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | task | calls | outcome |
 | --- | --- | --- |
 | `wait_pass` | `passes.pass_state` | until `_SUCCESS`; skips a window with no pass or caught up |
-| `train_pass` | `ClusterClient.train` | progressive validation, training, checkpoint (delta/base) |
-| `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
-| `export` | `ClusterClient.export`, `delivery.publish` | the pass as an artifact; or skipped |
-| `deliver` | `delivery.deliver` | serving pointer switched; an event on the serving-model asset |
-| `day_end` | `*_if_day_ends` (cluster, retention) | after a day's last pass: shrink, retention |
+| `train_pass` | `pass_sequence.train` | progressive validation, training, checkpoint (delta/base) |
+| `evaluate` | `pass_sequence.evaluate` | the quality-gate decision, stored on the pass |
+| `export` | `pass_sequence.publish` | the pass as an artifact; or skipped |
+| `deliver` | `pass_sequence.deliver` | the serving pointer moved; an event on the model asset |
+| `day_end` | `pass_sequence.day_end` | after a day's last pass: shrink, retention |
 | `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
 | `deliver_newest` | as `export`, then `deliver` | the newest pass `catch_up` trained; or skipped |
 
-A pass is delivered as soon as its gate passes it; the day-end and catch-up steps come
-after, off the path from training to serving (`day_end` runs whether or not the pass was
-delivered). While behind (after an outage), the run's own pass is not exported: `catch_up`
-trains up to `schedule.catchup_passes` complete passes after it, oldest first, each with
-its gate decision and day-end maintenance, and only the newest is exported and delivered;
-the runs of those passes then find them caught up and skip (`ops/catchup.py`).
+The steps are `ops/pass_sequence.py`'s, which the demo, the benchmarks and the tests run in
+the same order. A pass is delivered as soon as its gate passes it; the day-end and catch-up
+steps come after, off the path from training to serving (`day_end` runs whether or not the
+pass was delivered). While behind (after an outage), the run's own pass is not exported:
+`catch_up` trains up to `schedule.catchup_passes` complete passes after it, oldest first,
+each with its gate decision and day-end maintenance, and only the newest is exported and
+delivered; the runs of those passes then find them caught up and skip (`ops/catchup.py`).
 
 A manual run (a trigger in the UI, `airflow dags test <date>`) covers the window that
 *ends* at its date, as Airflow infers manual data intervals: the last complete window.
@@ -57,6 +58,7 @@ from streamrec.passes import window_floor
 
 if TYPE_CHECKING:
     from serving_export.quality_gate import GateDecision
+    from trainers.control_plane import ClusterClient
 
 log = logging.getLogger(__name__)
 SERVING_MODEL = Asset("streamrec_serving_model")
@@ -83,20 +85,17 @@ def _skip_unless_passed(pass_id: str, decision: GateDecision) -> None:
         )
 
 
-def _publish(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> str:
-    """Export ``pass_id`` from the cluster and publish it as a version; the version."""
-    from serving_export.delivery import publish
+def _client(cfg: PipelineConfig) -> ClusterClient:
     from trainers.control_plane import ClusterClient
 
-    raw = ClusterClient.from_config(cfg).export(pass_id)["raw_export"]
-    return publish(cfg, raw, decision)["version"]
+    return ClusterClient.from_config(cfg)
 
 
 def _deliver(cfg: PipelineConfig, version: str, outlet_events: Any) -> dict[str, Any]:
     """Make ``version`` serve; its result rides on the serving-model asset's event."""
-    from serving_export.delivery import deliver
+    from ops import pass_sequence
 
-    result = deliver(cfg, version)
+    result = pass_sequence.deliver(cfg, version)
     outlet_events[SERVING_MODEL].extra = result
     return result
 
@@ -147,18 +146,19 @@ def streamrec_pass():
 
     @task
     def train_pass(pass_id: str) -> dict[str, Any]:
-        from trainers.control_plane import ClusterClient
+        from ops import pass_sequence
 
-        return ClusterClient.from_config(_config()).train(pass_id)
+        return pass_sequence.train(_client(_config()), pass_id)
 
     @task
     def evaluate(train_result: dict[str, Any]) -> dict[str, Any]:
-        from serving_export.delivery import evaluate
+        from ops import pass_sequence
 
-        return evaluate(_config(), train_result).to_dict()
+        return pass_sequence.evaluate(_config(), train_result).to_dict()
 
     @task
     def export(pass_id: str, decision: dict[str, Any]) -> str:
+        from ops import pass_sequence
         from ops.catchup import deferred_to
         from serving_export.quality_gate import GateDecision
 
@@ -169,7 +169,7 @@ def streamrec_pass():
                 f"pass {later} is complete already: this run's catch_up trains it and "
                 "delivers the newest pass it trains"
             )
-        return _publish(cfg, pass_id, gate)
+        return pass_sequence.publish(cfg, _client(cfg), pass_id, gate)
 
     @task(outlets=[SERVING_MODEL])
     def deliver(version: str, *, outlet_events=None) -> dict[str, Any]:
@@ -178,13 +178,10 @@ def streamrec_pass():
     # after the pass is delivered, or its export skipped: not after a failure
     @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
     def day_end(pass_id: str) -> dict[str, Any]:
-        from ops.retention import apply_if_day_ends
-        from trainers.control_plane import ClusterClient
+        from ops import pass_sequence
 
         cfg = _config()
-        client = ClusterClient.from_config(cfg)
-        maintained = client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
-        return {"maintain": maintained, "retention": apply_if_day_ends(cfg, pass_id)}
+        return pass_sequence.day_end(cfg, _client(cfg), pass_id)
 
     @task
     def catch_up(pass_id: str, decision: dict[str, Any]) -> dict[str, Any]:
@@ -197,6 +194,7 @@ def streamrec_pass():
     # is one more scheduler loop in every run that skips it
     @task(outlets=[SERVING_MODEL])
     def deliver_newest(caught_up: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
+        from ops import pass_sequence
         from ops.catchup import CatchUp
         from serving_export.delivery import registry_for
 
@@ -205,7 +203,8 @@ def streamrec_pass():
         _skip_unless_passed(newest.pass_id, newest.decision)
         if newest.pass_id in registry_for(cfg).versions():
             raise AirflowSkipException(f"pass {newest.pass_id} was published by `export`")
-        return _deliver(cfg, _publish(cfg, newest.pass_id, newest.decision), outlet_events)
+        version = pass_sequence.publish(cfg, _client(cfg), newest.pass_id, newest.decision)
+        return _deliver(cfg, version, outlet_events)
 
     pass_id = wait_pass()
     decision = evaluate(train_pass(pass_id))

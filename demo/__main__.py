@@ -4,7 +4,8 @@
     streamrec demo --live [--rate 200]     Airflow schedules a live stream, until Ctrl-C
 
 generator -> Kafka -> pass builder -> PS cluster (progressive AUC, training, checkpoint)
--> quality gate -> artifact -> serving pointer -> a prediction from the served model.
+-> quality gate -> artifact -> serving pointer -> a prediction from the served model; each
+pass through ``ops.pass_sequence.run_pass``, the steps the Airflow DAG runs as tasks.
 With ``embedded`` services in the config, a broker and a redis-server start on loopback and
 the config's data, checkpoint and model directories are emptied first (the embedded broker
 keeps nothing between runs, so earlier passes could not be resumed).
@@ -21,6 +22,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from demo.services import on_local_services
+from ops.pass_sequence import run_pass
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from streaming.pass_builder import PassBuilder
@@ -67,14 +69,8 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
         for pass_id in list(batches)[:passes]:
             start = time.monotonic()
             _wait_for_pass(cfg, pass_id)
-            trained = cluster.client.train(pass_id)
-            decision = delivery.evaluate(cfg, trained)
-            cluster.client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
-            delivered = ""
-            if decision.passed:
-                raw = cluster.client.export(pass_id)["raw_export"]
-                manifest = delivery.publish(cfg, raw, decision)
-                delivered = delivery.deliver(cfg, manifest["version"])["version"]
+            done = run_pass(cfg, cluster.client, pass_id)
+            trained = done.train
             b = batches[pass_id]
             rows.append(
                 {
@@ -87,8 +83,8 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
                     "train AUC": trained["train"]["auc"],
                     "logloss": trained["test"]["logloss"],
                     "COPC": trained["test"]["copc"],
-                    "gate": "pass" if decision.passed else "reject",
-                    "delivered": delivered,
+                    "gate": "pass" if done.decision.passed else "reject",
+                    "delivered": done.version or "",
                     "seconds": time.monotonic() - start,
                 }
             )

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from ops import pass_sequence
 from serving_export import delivery
 from serving_export.quality_gate import GateDecision
 from serving_export.sparse_store import InProcessStore
@@ -64,12 +65,14 @@ def _run(
     keys, maintenance, versions = [], [], []
     with LocalCluster(cfg, resolved) as cluster:
         for pass_id in passes:
-            trained = cluster.client.train(pass_id)
+            trained = pass_sequence.train(cluster.client, pass_id)
             keys.append(trained["checkpoint"]["table_keys"])
-            if publish:  # before maintenance, as the DAG's export task runs
-                raw = cluster.client.export(pass_id)["raw_export"]
+            if publish:  # before the day's end, as the DAG's tasks run (any gate passes)
                 passed = GateDecision(True, trained["test"]["auc"], None)
-                versions.append(delivery.publish(cfg, raw, passed))
+                version = pass_sequence.publish(cfg, cluster.client, pass_id, passed)
+                versions.append(delivery.registry_for(cfg).manifest(version))
+            # the cluster's half of pass_sequence.day_end: retention would delete the
+            # passes of the stream the other fixture's cluster trains on
             done = cluster.client.maintain_if_day_ends(pass_id, PASS_MINUTES)
             if done["maintenance"]:
                 maintenance.append(done)

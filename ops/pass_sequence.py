@@ -1,0 +1,73 @@
+"""One pass's steps, written once, in the order the pipeline runs them.
+
+    train -> evaluate (the quality gate, judged once per pass) -> publish (the cluster's
+    export packaged as a version) -> deliver (the serving pointer moves) -> day_end (after
+    a logical day's last pass: the cluster's shrink and daily save, then retention)
+
+``publish`` and ``deliver`` run only for a pass its gate passed; ``day_end`` runs either
+way, after them, off the path from training to serving. The Airflow DAG runs each step as
+its own task (``dags/streamrec_pass.py``: a step that fails is retried alone); the demo,
+the catch-up, the benchmarks and the tests run them in this order through ``run_pass``.
+Every step is idempotent per pass: a step run again returns what it did the first time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ops.retention import apply_if_day_ends
+from serving_export import delivery
+from serving_export.quality_gate import GateDecision
+from streamrec.config import PipelineConfig
+from trainers.control_plane import ClusterClient
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What ``run_pass`` did to one pass."""
+
+    train: dict[str, Any]  # the cluster's reply (trainers.results.TrainResult)
+    decision: GateDecision
+    version: str | None  # delivered (a newer one may serve on); None: the gate rejected it
+    day_end: dict[str, Any]
+
+
+def train(client: ClusterClient, pass_id: str) -> dict[str, Any]:
+    """Progressive metrics, then training and the checkpoint: the cluster's reply."""
+    return client.train(pass_id)
+
+
+def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
+    """The quality gate's decision on the pass, stored on it (a re-run returns that one)."""
+    return delivery.evaluate(cfg, train_result)
+
+
+def publish(
+    cfg: PipelineConfig, client: ClusterClient, pass_id: str, decision: GateDecision
+) -> str:
+    """The model as trained through ``pass_id`` exported and published; its version."""
+    raw = client.export(pass_id)["raw_export"]
+    return delivery.publish(cfg, raw, decision)["version"]
+
+
+def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
+    """``version`` made to serve (the registry's pointer; only forward)."""
+    return delivery.deliver(cfg, version)
+
+
+def day_end(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> dict[str, Any]:
+    """After a logical day's last pass the cluster's maintenance, then retention; nothing
+    after any other pass."""
+    maintained = client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
+    return {"maintain": maintained, "retention": apply_if_day_ends(cfg, pass_id)}
+
+
+def run_pass(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> PassOutcome:
+    """Every step for one complete pass, in order."""
+    trained = train(client, pass_id)
+    decision = evaluate(cfg, trained)
+    version = None
+    if decision.passed:
+        version = deliver(cfg, publish(cfg, client, pass_id, decision))["version"]
+    return PassOutcome(trained, decision, version, day_end(cfg, client, pass_id))
