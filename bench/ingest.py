@@ -77,6 +77,7 @@ def build(cfg, root: Path, topic: str, partitions: int, last: str) -> tuple[floa
         return _assigned(cfg.kafka.bootstrap_servers, topic, partitions, cfg.kafka.isolation_level)
 
     builder = PassBuilder(cfg, consumer_factory=consumer)
+    builder.open()
     builder.acquire([TopicPartition(topic, p) for p in range(partitions)])
     gc.collect()
     start = time.perf_counter()

@@ -17,6 +17,11 @@ Messages from any client are read alike: keys and headers are ignored (dead lett
 them), and a missing event time is a dead letter or the record's timestamp
 (``kafka.missing_event_time``).
 
+The parts: ``streaming.kafka_source`` (the consumer in the group and the dead-letter
+producer), ``streaming.join`` (per-partition join state), ``streaming.windows`` (the
+watermark and the windows it completes, pure) and ``streaming.slice_writer`` (slices written
+off the polling thread); this module keeps each owned partition's state and runs the loop.
+
 Partitions are the unit of ownership, so builders can share topics through a consumer
 group: on assignment a partition resumes from its newest slice's ``resume_offsets``
 (whatever Kafka's committed offsets say), on revocation its state is dropped, and a slice
@@ -41,13 +46,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.errors import UnsupportedCodecError
-from kafka.structs import OffsetAndMetadata
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from streaming.codecs import from_kafka_error, missing_codecs
-from streaming.errors import MalformedEvent, StreamingError
+from streaming.codecs import missing_codecs
+from streaming.errors import MalformedEvent
 from streaming.events import (
     decode_impression_batch,
     parse_click,
@@ -55,16 +57,14 @@ from streaming.events import (
     pass_table_schema,
 )
 from streaming.join import PartitionJoin
-from streaming.kafka_clients import client_settings, producer_settings
+from streaming.kafka_source import KafkaSource
+from streaming.slice_writer import SliceWriter
 from streaming.slices import (
-    SliceTaken,
     assemble_pass,
     latest_slice,
     parts_per_slice,
     slice_pass_ids,
-    write_slice,
 )
-from streaming.topics import CONSUMER_FETCH, HEARTBEAT_MS, ensure_topic, partition_count
 from streaming.windows import WindowCutter, watermark_ms
 from streamrec.atomic_fs import remove_stale_temps, write_text_atomic
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
@@ -120,27 +120,6 @@ class _Batch:
         return zip(self.messages, times, strict=True)
 
 
-@dataclass
-class _SliceWrite:
-    """A slice being written in the writer thread."""
-
-    future: Future[Any]
-    state: _Partition
-    window: str
-    resume: dict[str, int]  # topic -> resume offset, adopted once the slice is durable
-
-
-class _Rebalance(ConsumerRebalanceListener):
-    def __init__(self, builder: PassBuilder) -> None:
-        self._builder = builder
-
-    def on_partitions_revoked(self, revoked: Any) -> None:
-        self._builder.release(revoked)
-
-    def on_partitions_assigned(self, assigned: Any) -> None:
-        self._builder.acquire(assigned)
-
-
 def _ranges(table: pa.Table) -> PartitionRange | None:
     if table.num_rows == 0:
         return None
@@ -149,7 +128,8 @@ def _ranges(table: pa.Table) -> PartitionRange | None:
 
 
 class PassBuilder:
-    """Consumes the topics and writes slices and complete passes."""
+    """Consumes the topics and writes slices and complete passes. Built without I/O:
+    ``open`` (or the first ``run``) prepares the topics, the clients and the data root."""
 
     def __init__(
         self,
@@ -174,77 +154,36 @@ class PassBuilder:
         self._windows = WindowCutter(self._minutes, self._label_delay_ms, cfg.passes.max_gap_passes)
         self._owned: dict[int, _Partition] = {}
         self._future_limit_ms = 0.0
-        self._dlq_unflushed = False
         self._known: set[str] = set()  # pass ids with at least one slice
         self._complete: set[str] = set()  # ... of which the pass directory exists
         self._next_scan = 0.0
+        self._source = KafkaSource(cfg, self.topics, consumer_factory, dlq_factory)
+        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
+        self._writer: SliceWriter | None = None
+        self.partitions = 0  # known once open
+
+    def open(self) -> None:
+        """Prepare the topics and start the clients; clear temporary files a killed
+        builder left under the slices. ``run`` opens the builder if this was not called."""
+        if self._writer is not None:
+            return
         if missing := missing_codecs():
             log.warning(
                 "Kafka codecs %s are not installed: a batch compressed with one stops the "
                 "builder (pip install -e . installs them)",
                 ", ".join(missing),
             )
-        self.partitions = self._prepare_topics()
-        self._slice_parts = parts_per_slice(cfg.passes.parts_per_pass, self.partitions)
+        self.partitions = self._source.open(self.acquire, self.release)
+        parts = parts_per_slice(self.cfg.passes.parts_per_pass, self.partitions)
         for day in slices_root(self._root).glob("*/*"):
             remove_stale_temps(day, STALE_TEMP_SECONDS)
-        self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write")
-        self._writing: dict[int, _SliceWrite] = {}  # partition -> its slice in flight
-        self._dlq = (dlq_factory or self._default_dlq)()
-        self._consumer = (consumer_factory or self._default_consumer)()
+        self._writer = SliceWriter(self._root, self.cfg.feature_schema.version, parts)
 
-    # -- Kafka edges ---------------------------------------------------------------------
-
-    def _prepare_topics(self) -> int:
-        kafka, n = self.cfg.kafka, self.cfg.kafka.partitions
-        for topic in self.topics.values():
-            ensure_topic(kafka, topic, n)
-            dlq_ms = int(self.cfg.retention.dead_letter_days * 86_400_000)
-            ensure_topic(kafka, topic + kafka.dlq_suffix, 1, {"retention.ms": str(dlq_ms)})
-        counts = {topic: partition_count(kafka, topic) for topic in self.topics.values()}
-        if len(set(counts.values())) != 1:
-            raise StreamingError(
-                f"impressions and clicks must have the same number of partitions to be joined "
-                f"by event_id, found {counts}: recreate the clicks topic to match"
-            )
-        return counts[self.topics[IMPRESSIONS]]
-
-    def _default_consumer(self) -> KafkaConsumer:
-        consumer = KafkaConsumer(
-            **client_settings(self.cfg.kafka),
-            group_id=self.cfg.kafka.consumer_group,
-            isolation_level=self.cfg.kafka.isolation_level,
-            enable_auto_commit=False,
-            **CONSUMER_FETCH,
-            partition_assignment_strategy=[RangePartitionAssignor],
-            session_timeout_ms=self.cfg.kafka.session_timeout_ms,
-            heartbeat_interval_ms=min(HEARTBEAT_MS, self.cfg.kafka.session_timeout_ms // 3),
-        )
-        consumer.subscribe(list(self.topics.values()), listener=_Rebalance(self))
-        return consumer
-
-    def _default_dlq(self) -> KafkaProducer:
-        return KafkaProducer(**producer_settings(self.cfg.kafka), linger_ms=5)
-
-    def _dead_letter(self, topic: str, partition: int, message: Any, error: MalformedEvent) -> None:
-        """Send ``message`` as it came (value, its key and headers after ours) to the
-        topic's dead-letter topic, with the reason."""
-        source = f"{topic}/{partition}/{message.offset}"
-        self._dlq_unflushed = True
-        key = [("key", message.key)] if message.key is not None else []
-        self._dlq.send(
-            topic + self.cfg.kafka.dlq_suffix,
-            key=source.encode(),
-            value=message.value or b"",
-            headers=[
-                ("reason", error.reason.encode()),
-                ("detail", error.detail[:500].encode()),
-                ("source", source.encode()),
-                *key,
-                *(message.headers or []),
-            ],
-        )
+    @property
+    def _slices(self) -> SliceWriter:
+        if self._writer is None:
+            raise RuntimeError("the pass builder is not open")
+        return self._writer
 
     # -- ownership -----------------------------------------------------------------------
 
@@ -278,11 +217,8 @@ class PassBuilder:
 
     def _seek(self, partition: int, state: _Partition, tps: list[TopicPartition]) -> None:
         for tp in tps:
-            kind = self._kind[tp.topic]
-            if kind in state.resume:
-                self._consumer.seek(tp, state.resume[kind])
-            else:  # no slice yet: the manifests, not the group's commits, decide
-                self._consumer.seek_to_beginning(tp)
+            # no slice yet: from the beginning; the manifests, not the group's commits, decide
+            self._source.seek(tp, state.resume.get(self._kind[tp.topic]))
 
     def acquire(self, assigned: Any) -> None:
         """Take over newly assigned partitions: state from their newest slice, then seek."""
@@ -376,7 +312,7 @@ class PassBuilder:
                 event_ms = self._check_time(row["event_time_ms"])
             except MalformedEvent as e:
                 if state.join.malformed(IMPRESSIONS, offset, e.reason):
-                    self._dead_letter(batch.topic, partition, message, e)
+                    self._source.dead_letter(batch.topic, partition, message, e)
                 continue
             row["kafka_partition"], row["kafka_offset"] = partition, offset
             rows.append(row)
@@ -397,7 +333,7 @@ class PassBuilder:
             state.join.add_click(event_id, self._check_time(event_ms), message.offset)
         except MalformedEvent as e:
             if state.join.malformed(CLICKS, message.offset, e.reason):
-                self._dead_letter(topic, partition, message, e)
+                self._source.dead_letter(topic, partition, message, e)
             return
         self._saw(state, CLICKS, event_ms)
 
@@ -416,12 +352,6 @@ class PassBuilder:
         self._future_limit_ms = (time.time() + self.cfg.passes.max_future_seconds) * 1000
         return self._future_limit_ms
 
-    def _caught_up(self, topic: str, partition: int) -> bool:
-        """True when everything the broker had for the partition at the last fetch is read."""
-        tp = TopicPartition(topic, partition)
-        highwater = self._consumer.highwater(tp)
-        return highwater is not None and self._consumer.position(tp) >= highwater
-
     def watermark_ms(self, partition: int, now: float | None = None) -> int:
         """Event time up to which partition ``partition`` has seen everything
         (``streaming.windows.watermark_ms``). A topic is idle when it is caught up with the
@@ -434,7 +364,7 @@ class PassBuilder:
             kind
             for kind in self.topics
             if now - state.last_seen[kind] >= idle_s
-            and self._caught_up(self.topics[kind], partition)
+            and self._source.caught_up(self.topics[kind], partition)
         }
         newest_anywhere = max(
             (t for s in self._owned.values() for t in s.newest_ms.values()), default=0
@@ -453,10 +383,13 @@ class PassBuilder:
         idle_s = self.cfg.passes.idle_partition_seconds
         for partition, state in self._owned.items():
             for kind, topic in self.topics.items():
-                tp = TopicPartition(topic, partition)
-                high = self._consumer.highwater(tp)
+                high = self._source.highwater(topic, partition)
                 quiet = now - state.last_seen[kind] >= idle_s
-                if quiet and high is not None and (position := self._consumer.position(tp)) < high:
+                if (
+                    quiet
+                    and high is not None
+                    and (position := self._source.position(topic, partition)) < high
+                ):
                     if kind not in state.held:
                         self._note_hold(partition, state, kind, position, high, now)
                 elif kind in state.held:
@@ -520,61 +453,41 @@ class PassBuilder:
             offsets[self.topics[CLICKS]] = PartitionRange(
                 first=min(used), last=max(used), rows=len(used)
             )
-        if self._dlq_unflushed:  # dead letters counted in this slice are durable before it is
-            self._dlq.flush()
-            self._dlq_unflushed = False
-        # Parquet, checksums and fsync run in the writer thread (mostly without the GIL)
-        # while this one polls; a partition has at most one slice in flight, finished (and
-        # only then committed) before it cuts again or changes hands.
-        future = self._writer.submit(
-            write_slice,
-            self._root,
-            self.cfg.feature_schema.version,
-            window,
-            partition,
-            table,
-            self._slice_parts,
-            {
-                "offsets": offsets,
-                "resume_offsets": resume,
-                "consumed_to": consumed,
-                "counts": EventCounts(**counts.as_fields()),
-            },
-        )
-        self._writing[partition] = _SliceWrite(future, state, window, resume)
+        # dead letters counted in this slice are durable before it is
+        self._source.flush_dead_letters()
+        fields = {
+            "offsets": offsets,
+            "resume_offsets": resume,
+            "consumed_to": consumed,
+            "counts": EventCounts(**counts.as_fields()),
+        }
+        self._slices.submit(partition, window, table, fields, state, resume)
 
     def _finish_write(self, partition: int, wait: bool = True) -> bool:
         """Settle ``partition``'s slice in flight, if any. False when the partition cannot
         cut now: the write is still running (``wait=False``), or it lost to someone else's
         slice and the partition was resynced from that one."""
-        write = self._writing.get(partition)
-        if write is None:
-            return True
-        if not wait and not write.future.done():
+        if not wait and self._slices.running(partition):
             return False
-        del self._writing[partition]
-        try:
-            write.future.result()
-        except SliceTaken as taken:
-            log.warning("%s; partition %d resumes from it", taken, partition)
-            if self._owned.get(partition) is write.state:
+        written = self._slices.settle(partition)
+        if written is None:
+            return True
+        owned = self._owned.get(partition) is written.owner
+        if written.taken is not None:
+            log.warning("%s; partition %d resumes from it", written.taken, partition)
+            if owned:
                 self._resync(partition)
             return False
-        self._known.add(write.window)
-        if self._owned.get(partition) is write.state:
-            write.state.resume = {self._kind[t]: o for t, o in write.resume.items()}
-            # asynchronous: the slice manifests, not the group's commits, are where we resume
-            self._consumer.commit_async(
-                {
-                    TopicPartition(topic, partition): OffsetAndMetadata(offset, "", -1)
-                    for topic, offset in write.resume.items()
-                }
-            )
+        self._known.add(written.window)
+        if owned:
+            written.owner.resume = {self._kind[t]: o for t, o in written.resume.items()}
+            self._source.commit(partition, written.resume)
         return True
 
     def _finish_writes(self) -> None:
-        for partition in list(self._writing):
-            self._finish_write(partition)
+        if self._writer is not None:
+            for partition in self._slices.partitions():
+                self._finish_write(partition)
 
     def _cut_ready(self, partition: int) -> None:
         """Cut every window of ``partition`` that is complete, oldest first, with no gaps."""
@@ -621,16 +534,14 @@ class PassBuilder:
     ) -> list[PassManifest]:
         """Consume and cut until pass ``until_pass`` is complete, nothing arrives for
         ``idle_timeout_s``, or ``stop`` is set. Returns the passes this builder completed."""
+        self.open()
         completed: list[PassManifest] = []
         last_data = time.monotonic()
         in_flight: list[_Batch] = []  # the previous poll's batches, decoding
         while not (stop and stop.is_set()):
             # with batches decoding or slices writing, poll briefly: they are settled after it
-            busy = in_flight or self._writing
-            try:
-                records = self._consumer.poll(timeout_ms=IN_FLIGHT_POLL_MS if busy else POLL_MS)
-            except UnsupportedCodecError as e:
-                raise from_kafka_error(e, f"reading {', '.join(self.topics.values())}") from e
+            busy = in_flight or self._slices.busy
+            records = self._source.poll(IN_FLIGHT_POLL_MS if busy else POLL_MS)
             now = time.monotonic()
             if records or in_flight:
                 last_data = now
@@ -657,10 +568,9 @@ class PassBuilder:
             for kind in list(state.held):
                 self._release_hold(partition, state, kind)
         self._decoder.shutdown()
-        self._writer.shutdown()
-        self._dlq.flush()
-        self._dlq.close()
-        self._consumer.close()
+        if self._writer is not None:
+            self._writer.close()
+        self._source.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,101 @@
+"""Partition slices written off the polling thread, at most one in flight per partition.
+
+Parquet, checksums and fsync run in one writer thread (mostly without the GIL) while the
+builder polls. The builder settles a partition's slice in flight before it cuts that
+partition again or gives it up, and commits the partition's offsets only once its slice is
+durable; a slice another writer published first comes back as ``taken``.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from streaming.slices import SliceTaken, write_slice
+
+
+@dataclass(frozen=True)
+class Written:
+    """A slice write settled: durable, or ``taken`` by another writer first."""
+
+    partition: int
+    window: str
+    owner: Any  # the partition's state that cut it: the caller checks it still owns it
+    resume: dict[str, int]  # topic -> where the partition resumes once the slice is durable
+    taken: SliceTaken | None = None
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    future: Future[Any]
+    window: str
+    owner: Any
+    resume: dict[str, int]
+
+
+class SliceWriter:
+    """Writes the slices of every partition of one builder, one at a time."""
+
+    def __init__(self, data_root: Path, schema_version: int, parts_per_slice: int) -> None:
+        self._root = Path(data_root)
+        self._schema_version = schema_version
+        self._parts = parts_per_slice
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="write")
+        self._writing: dict[int, _InFlight] = {}
+
+    def submit(
+        self,
+        partition: int,
+        window: str,
+        table: pa.Table,
+        fields: dict[str, Any],
+        owner: Any,
+        resume: dict[str, int],
+    ) -> None:
+        """Start writing ``partition``'s slice of ``window`` (none of it may be in flight)."""
+        if partition in self._writing:
+            raise RuntimeError(f"partition {partition} has a slice in flight already")
+        future = self._pool.submit(
+            write_slice,
+            self._root,
+            self._schema_version,
+            window,
+            partition,
+            table,
+            self._parts,
+            fields,
+        )
+        self._writing[partition] = _InFlight(future, window, owner, resume)
+
+    @property
+    def busy(self) -> bool:
+        """True while any slice is in flight."""
+        return bool(self._writing)
+
+    def partitions(self) -> list[int]:
+        """The partitions with a slice in flight."""
+        return list(self._writing)
+
+    def running(self, partition: int) -> bool:
+        """True while ``partition``'s slice is still being written."""
+        write = self._writing.get(partition)
+        return write is not None and not write.future.done()
+
+    def settle(self, partition: int) -> Written | None:
+        """Wait for ``partition``'s slice in flight; None when it has none. A write that
+        failed otherwise than by losing to another writer raises its error."""
+        write = self._writing.pop(partition, None)
+        if write is None:
+            return None
+        try:
+            write.future.result()
+        except SliceTaken as taken:
+            return Written(partition, write.window, write.owner, write.resume, taken)
+        return Written(partition, write.window, write.owner, write.resume)
+
+    def close(self) -> None:
+        self._pool.shutdown()
