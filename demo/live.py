@@ -21,7 +21,7 @@ from ops.airflow_local import LocalAirflow
 from ops.status import format_table, recent_passes
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_live
-from streamrec.config import PipelineConfig, ScheduleConfig, dump_config
+from streamrec.config import PipelineConfig, ScheduleConfig, derived, dump_config
 from streamrec.passes import window_floor
 from streamrec.signals import ignore_stop_signals
 from trainers.launcher import LocalCluster
@@ -34,26 +34,22 @@ def live_config(cfg: PipelineConfig, start: datetime) -> PipelineConfig:
     """``cfg`` made for a live stream of 1-minute passes that Airflow schedules from the
     window holding ``start``: short lateness, label window and click delay."""
 
-    def section(name: str, **values: object) -> dict[str, object]:
-        return {name: getattr(cfg, name).model_copy(update=values)}
-
-    return cfg.model_copy(
-        update={
-            **section(
-                "passes",
-                pass_minutes=PASS_MINUTES,
-                allowed_lateness_seconds=5,
-                idle_partition_seconds=3,
-            ),
-            **section("join", label_window_seconds=10),
-            **section("synthetic", click_delay_seconds=3),
-            "schedule": ScheduleConfig(
-                start=window_floor(start, PASS_MINUTES),
-                poke_seconds=1,
-                retry_delay_seconds=5,
-                max_retry_delay_seconds=60,
-            ),
-        }
+    return derived(
+        cfg,
+        "the live demo's config",
+        passes={
+            "pass_minutes": PASS_MINUTES,
+            "allowed_lateness_seconds": 5,
+            "idle_partition_seconds": 3,
+        },
+        join={"label_window_seconds": 10},
+        synthetic={"click_delay_seconds": 3},
+        schedule=ScheduleConfig(
+            start=window_floor(start, PASS_MINUTES),
+            poke_seconds=1,
+            retry_delay_seconds=5,
+            max_retry_delay_seconds=60,
+        ),
     )
 
 

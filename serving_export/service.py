@@ -68,7 +68,7 @@ from serving_export.registry import ModelRegistry, ReplicaNote
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import scoring_row
-from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, load_config
+from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, derived, load_config
 from streamrec.entry import run_command
 from streamrec.errors import ConfigError, ServiceError
 from streamrec.redis_conn import require_credentials
@@ -470,8 +470,8 @@ def _serve(args: argparse.Namespace) -> int:
             f"{args.config}: redis.url is 'embedded': give the Redis the pipeline delivers to"
         )
     overrides = {"sparse_store": args.sparse_store, "runtime": args.runtime, "host": args.host}
-    serving = cfg.serving.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    cfg = cfg.model_copy(update={"serving": serving})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    cfg = derived(cfg, f"{args.config} with the command's options", serving=given)
     try:  # refused credentials stop the service now, not on every poll
         require_credentials(cfg.redis)
     except ServiceError as e:  # a Redis not up yet: the version follower keeps trying

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from streamrec.config import dump_config, load_config
+from streamrec.config import derived, dump_config, load_config, with_services
 from streamrec.errors import ConfigError
 
 
@@ -182,3 +182,20 @@ def test_settings_the_cluster_cannot_run_fail_at_start(tmp_path: Path, repo: Pat
         load_config(_model(tmp_path, repo, "optimizer", **{"class": "adagrad"}))
     with pytest.raises(ConfigError, match=r"embedx_threshold.*differ in width.*use 0"):
         load_config(_model(tmp_path, repo, "sparse_table", embedx_threshold=5))
+
+
+def test_a_derived_config_is_validated_as_a_loaded_one(shipped_config) -> None:
+    """``model_copy`` checks nothing: a config derived in code goes through ``derived``,
+    which fails as loading would, naming the key."""
+    cfg = with_services(shipped_config, "127.0.0.1:9092", "redis://127.0.0.1:6379/0")
+    assert (cfg.kafka.bootstrap_servers, cfg.redis.url) == (
+        "127.0.0.1:9092",
+        "redis://127.0.0.1:6379/0",
+    )
+    assert cfg.passes == shipped_config.passes  # the rest as it was
+    two = derived(cfg, "two passes an hour", passes={"pass_minutes": 30})
+    assert two.passes.pass_minutes == 30 and two.passes.allowed_lateness_seconds == 60
+    with pytest.raises(ConfigError, match=r"(?s)the demo's config.*passes\.pass_minutes"):
+        derived(cfg, "the demo's config", passes={"pass_minutes": 7})
+    with pytest.raises(ConfigError, match=r"kafka\.bootstrap_servers"):
+        with_services(cfg, 9092, "redis://127.0.0.1:6379/0")

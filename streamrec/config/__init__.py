@@ -1,0 +1,65 @@
+"""Typed pipeline configuration: one loader, unknown keys fail, errors name the file and key.
+
+The sections live by what they configure: ``services`` (Kafka, the click join, Redis),
+``stream`` (passes, the feature schema, the synthetic stream), ``cluster`` (paths, nodes,
+the cluster, checkpoints), ``model`` (the PaddleRec-style model file), ``delivery`` (the
+gate, serving, the schedule, retention), and ``pipeline`` (the whole file, loading and
+dumping it). Import them from here.
+"""
+
+from streamrec.config.base import EMBEDDED, RESERVED_COLUMNS
+from streamrec.config.cluster import CheckpointConfig, ClusterConfig, NodeConfig, PathConfig
+from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfig, ServingConfig
+from streamrec.config.model import (
+    HyperParameters,
+    ModelConfig,
+    OptimizerConfig,
+    RunnerConfig,
+    SparseTableConfig,
+)
+from streamrec.config.pipeline import (
+    PipelineConfig,
+    derived,
+    dump_config,
+    load_config,
+    with_services,
+)
+from streamrec.config.services import JoinConfig, KafkaConfig, RedisConfig
+from streamrec.config.stream import (
+    DenseFeature,
+    PassConfig,
+    SchemaConfig,
+    SparseSlot,
+    SyntheticConfig,
+)
+
+__all__ = [
+    "EMBEDDED",
+    "RESERVED_COLUMNS",
+    "CheckpointConfig",
+    "ClusterConfig",
+    "DenseFeature",
+    "GateConfig",
+    "HyperParameters",
+    "JoinConfig",
+    "KafkaConfig",
+    "ModelConfig",
+    "NodeConfig",
+    "OptimizerConfig",
+    "PassConfig",
+    "PathConfig",
+    "PipelineConfig",
+    "RedisConfig",
+    "RetentionConfig",
+    "RunnerConfig",
+    "ScheduleConfig",
+    "SchemaConfig",
+    "ServingConfig",
+    "SparseSlot",
+    "SparseTableConfig",
+    "SyntheticConfig",
+    "derived",
+    "dump_config",
+    "load_config",
+    "with_services",
+]

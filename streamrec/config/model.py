@@ -1,0 +1,177 @@
+"""The model file (PaddleRec style): optimizer, sparse table, hyper-parameters, runner."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from streamrec.config.base import _Strict
+
+
+class OptimizerConfig(_Strict):
+    class_: Literal["adam", "adagrad", "sgd"] = Field(alias="class", description="Dense optimizer.")
+    learning_rate: float = Field(gt=0, description="Dense learning rate.")
+
+    @field_validator("class_")
+    @classmethod
+    def _servers_can_apply_it(cls, v: str) -> str:
+        if v == "adagrad":  # the cluster's processes exit at start, found on a real cluster
+            raise ValueError(
+                "Paddle 2.6.2's parameter servers apply dense updates with SGD or Adam only "
+                '("The dense optimizer in PS is only supported SGD or Adam!"); use adam or '
+                "sgd (sparse_table.rule sets the sparse table's own rule)"
+            )
+        return v
+
+
+class SparseTableConfig(_Strict):
+    rule: Literal["adagrad", "std_adagrad", "adam", "naive"] = Field(
+        "adagrad", description="Sparse SGD rule on the servers (embed and embedx)."
+    )
+    learning_rate: float = Field(0.05, gt=0, description="Sparse learning rate.")
+    initial_range: float = Field(0.01, gt=0, description="Uniform init range of new embeddings.")
+    embedx_threshold: int = Field(
+        0, ge=0, description="Shows before a key gets its embedx part (only 0, at once, runs)."
+    )
+    shard_num: int = Field(16, ge=1, description="Shards of the table (files per save).")
+    nonclk_coeff: float = Field(
+        0.1,
+        gt=0,
+        description="Score of a show without a click; with admission on, the chance that a "
+        "new key shown once (and not clicked) enters the table.",
+    )
+    click_coeff: float = Field(1.0, gt=0, description="Score of a click.")
+    show_click_decay_rate: float = Field(
+        0.98, gt=0, le=1, description="Show and click counts are multiplied by it at each shrink."
+    )
+    delete_threshold: float = Field(
+        0.0, ge=0, description="Shrink deletes keys whose decayed score is below this."
+    )
+    delete_after_unseen_days: int = Field(
+        30, ge=1, description="Shrink deletes keys not seen for more logical days than this."
+    )
+    delta_threshold: float = Field(
+        1e-4,
+        gt=0,
+        description="A key is in a delta checkpoint when its score grew by this since the last "
+        "save; keep it at most nonclk_coeff so one show is enough.",
+    )
+    delta_keep_days: int = Field(
+        16, ge=0, description="Keys unseen for more days than this are left out of deltas."
+    )
+    admission: bool = Field(
+        False,
+        description="Probabilistic admission of new keys: a push creates a key with "
+        "probability equal to its show/click score (capped at 1).",
+    )
+
+    @field_validator("embedx_threshold")
+    @classmethod
+    def _saves_stay_readable(cls, v: int) -> int:
+        if v > 0:  # found on a real cluster: the first save's key count failed to parse
+            raise ValueError(
+                f"embedx_threshold {v}: with a threshold the servers save keys below it "
+                "without their embedx values, so a save's lines differ in width, which the "
+                "checkpoint and export readers do not parse yet; use 0"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _deltas_hold_every_touched_key(self) -> SparseTableConfig:
+        if self.delta_threshold > self.nonclk_coeff:
+            raise ValueError(
+                f"sparse_table.delta_threshold ({self.delta_threshold}) is above nonclk_coeff "
+                f"({self.nonclk_coeff}): keys shown once would be missing from delta "
+                "checkpoints; lower delta_threshold"
+            )
+        return self
+
+
+class HyperParameters(_Strict):
+    sparse_feature_dim: int = Field(
+        9, ge=2, description="Embedding width pulled per key (1 embed_w + embedx_dim)."
+    )
+    fc_sizes: list[int] = Field([64, 32], min_length=1, description="Hidden layer widths.")
+    optimizer: OptimizerConfig
+    sparse_table: SparseTableConfig = SparseTableConfig()
+
+
+class RunnerConfig(_Strict):
+    sync_mode: Literal["async", "sync", "geo"] = Field("async", description="PS update mode.")
+    thread_num: int = Field(1, ge=1, description="Reader/trainer threads per worker.")
+    batch_size: int = Field(128, ge=1, description="Mini-batch size per thread.")
+    reader_type: Literal["QueueDataset", "InMemoryDataset"] = Field(
+        "QueueDataset",
+        description="QueueDataset streams each pass through the pipe reader; InMemoryDataset "
+        "loads it into memory and shuffles it globally across workers first.",
+    )
+    progressive: Literal["separate", "sample", "in_train"] = Field(
+        "sample",
+        description="Where a pass's progressive metrics come from. separate: an inference "
+        "run over the whole pass first, then the training run (two reads; the model exactly "
+        "as the previous pass left it). sample: the same inference run on every k-th row "
+        "only (about progressive_rows; the whole pass when it is smaller), then training on "
+        "every row: the model as the previous pass left it, at the cost of about 1/k of a "
+        "read, with the metrics' sampling error. in_train: one read, each batch scored in "
+        "the training run just before its own update (what the model learns within the pass "
+        "included: faster, but optimistic where a pass teaches the model much).",
+    )
+    progressive_rows: int = Field(
+        50_000,
+        ge=1000,
+        description="progressive: sample: rows scored before training, about: every k-th "
+        "row of a larger pass. AUC's standard error on n rows with a CTR p is about "
+        "0.5/sqrt(n * p): 0.005 at 50,000 rows and p = 0.2.",
+    )
+    dense_average: Literal["pass", "none"] = Field(
+        "pass",
+        description="What the servers keep of the dense parameters after a pass. pass: "
+        "the mean of the pass's iterates (steadier calibration from pass to pass), from the "
+        "second pass of a fresh model on; none: the last iterate.",
+    )
+    intercept: Literal["refit", "keep"] = Field(
+        "refit",
+        description="After training on a pass: refit: an inference read of a sample of the "
+        "pass (intercept_rows), then the logit's bias is shifted so the model's predicted "
+        "clicks on it equal its actual clicks (in-sample COPC 1, as a logistic regression's "
+        "intercept makes it; AUC is unchanged); keep: the bias as training left it.",
+    )
+    intercept_rows: int = Field(
+        50_000,
+        ge=1000,
+        description="Rows the intercept refit scores, about: every k-th row of a larger "
+        "pass (a pass of 200,000 rows: every 4th). The shift's standard error is about "
+        "1/sqrt(rows * p * (1 - p)) in logits: 0.01 at 50,000 rows and a CTR near 0.3.",
+    )
+
+    @field_validator("sync_mode")
+    @classmethod
+    def _sync_mode_runs(cls, v: str) -> str:
+        # found on a real cluster; docs/DECISIONS.md has the traces
+        if v == "geo":
+            raise ValueError(
+                "'geo' in Paddle 2.6.2 keeps a fixed-size embedding on every worker "
+                "(GeoCommunicator rejects sparse_embedding's hashed 64-bit feature signs at "
+                "init_worker), and with a fixed-size one its checkpoints omit the embedding "
+                "table, so the cluster could not restart. Use 'async' or 'sync'"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _sync_rounds_need_one_thread(self) -> RunnerConfig:
+        if self.sync_mode == "sync" and self.thread_num != 1:
+            raise ValueError(
+                f"runner.thread_num is {self.thread_num}, but sync mode ends every batch in "
+                "a round all workers join, one batch at a time: set runner.thread_num: 1 "
+                "(or sync_mode: async)"
+            )
+        return self
+
+
+class ModelConfig(_Strict):
+    model: Literal["ctr_dnn", "wide_deep", "deepfm"] = Field(
+        description="Model name, a key of trainers.models.MODELS."
+    )
+    runner: RunnerConfig = RunnerConfig()
+    hyper_parameters: HyperParameters

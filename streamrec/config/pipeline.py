@@ -1,0 +1,192 @@
+"""Typed pipeline configuration: one loader, unknown keys fail, errors name the file and key.
+
+A pipeline file (``configs/pipeline.yaml``) holds the Kafka, Redis, pass, path, cluster,
+gate and synthetic-stream settings. Its ``schema`` and ``model`` keys are either inline
+mappings or paths (relative to the pipeline file) to ``configs/schema.yaml`` and a
+PaddleRec-style model file (``runner`` / ``hyper_parameters``). Relative ``paths`` are
+resolved against the pipeline file's directory, so a config means the same thing from any
+working directory. ``dump_config`` writes a self-contained copy (everything inline, paths
+absolute) that subprocesses such as the trainer cluster and Airflow tasks load.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from streamrec.config.base import EMBEDDED, _Strict
+from streamrec.config.cluster import CheckpointConfig, ClusterConfig, PathConfig
+from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfig, ServingConfig
+from streamrec.config.model import ModelConfig
+from streamrec.config.services import JoinConfig, KafkaConfig, RedisConfig
+from streamrec.config.stream import PassConfig, SchemaConfig, SyntheticConfig
+from streamrec.errors import ConfigError
+from streamrec.secrets import redact_url
+
+
+class PipelineConfig(_Strict):
+    name: str = Field(
+        pattern=r"^[a-z][a-z0-9_-]*$", description="Pipeline name; Redis keys live under it."
+    )
+    feature_schema: SchemaConfig = Field(alias="schema", description="Feature schema.")
+    model: ModelConfig = Field(description="Model, runner and hyper-parameters.")
+    kafka: KafkaConfig
+    join: JoinConfig = JoinConfig()
+    redis: RedisConfig
+    passes: PassConfig
+    paths: PathConfig
+    cluster: ClusterConfig = ClusterConfig()
+    checkpoints: CheckpointConfig = CheckpointConfig()
+    gate: GateConfig = GateConfig()
+    synthetic: SyntheticConfig = SyntheticConfig()
+    schedule: ScheduleConfig | None = Field(
+        None, description="Airflow scheduling; required by dags/streamrec_pass.py."
+    )
+    retention: RetentionConfig = RetentionConfig()
+    serving: ServingConfig = ServingConfig()
+
+    @property
+    def uses_embedded_services(self) -> bool:
+        return EMBEDDED in (self.kafka.bootstrap_servers, self.redis.url)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError as e:
+        raise ConfigError(f"{path}: file not found") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _field_help(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """The description of the field at ``loc``, for error messages."""
+    current: Any = model
+    info = None
+    for part in loc:
+        if isinstance(part, int) or not (
+            isinstance(current, type) and issubclass(current, BaseModel)
+        ):
+            continue
+        fields = {f.alias or n: f for n, f in current.model_fields.items()}
+        info = fields.get(part)
+        if info is None:
+            return ""
+        ann = info.annotation
+        current = getattr(ann, "__args__", (ann,))[0] if hasattr(ann, "__origin__") else ann
+    return (info.description or "") if info else ""
+
+
+def _explain(path: Path, err: ValidationError) -> str:
+    lines = [f"{path}: invalid configuration"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        help_ = _field_help(PipelineConfig, e["loc"])
+        if e["type"] == "missing":
+            lines.append(f"  missing key '{key}': add it. {help_}".rstrip())
+        elif e["type"] == "extra_forbidden":
+            lines.append(f"  unknown key '{key}': remove it or fix its spelling.")
+        else:
+            given = e.get("input")
+            given = redact_url(given) if isinstance(given, str) else given  # never echo one
+            lines.append(f"  key '{key}': {e['msg']} (got {given!r}). {help_}".rstrip())
+    return "\n".join(lines)
+
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _substitute_env(value: Any, path: Path, key: str = "") -> Any:
+    """Replace ``${VAR}`` in string values by the environment's VAR (addresses that differ
+    per deployment). Secrets have their own ``*_env`` / ``*_file`` keys instead: they are
+    read when a client is built, so they never enter the resolved config."""
+    if isinstance(value, dict):
+        return {
+            k: _substitute_env(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_substitute_env(v, path, key) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def lookup(m: re.Match[str]) -> str:
+        if m.group(1) not in os.environ:
+            raise ConfigError(
+                f"{path}: key '{key}' refers to ${{{m.group(1)}}} but the environment has no "
+                f"{m.group(1)}: export it (secrets come from the environment, not the YAML)"
+            )
+        return os.environ[m.group(1)]
+
+    return _ENV_REF.sub(lookup, value)
+
+
+def _inline(raw: dict[str, Any], key: str, base: Path) -> None:
+    """Replace a path-valued ``key`` by the YAML mapping it names."""
+    value = raw.get(key)
+    if isinstance(value, str):
+        raw[key] = _read_yaml((base / value).resolve())
+
+
+def load_config(path: str | Path) -> PipelineConfig:
+    """Load and validate a pipeline config; raise ConfigError naming the file and the key.
+    String values may hold ``${VAR}``, replaced by the environment variable VAR."""
+    path = Path(path).resolve()
+    raw = _substitute_env(_read_yaml(path), path)
+    _inline(raw, "schema", path.parent)
+    _inline(raw, "model", path.parent)
+    paths = raw.get("paths")
+    if isinstance(paths, dict):
+        raw["paths"] = {
+            k: str((path.parent / v).resolve()) if isinstance(v, str) else v
+            for k, v in paths.items()
+        }
+    try:
+        return PipelineConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_explain(path, e)) from None
+
+
+def derived(cfg: PipelineConfig, what: str, **sections: Any) -> PipelineConfig:
+    """``cfg`` with whole ``sections`` replaced (a section's model, or a mapping of some of
+    its keys), validated as a loaded config is: pydantic's ``model_copy`` checks nothing, so
+    a derived config would otherwise carry a value its file could not. ``what`` names it
+    in the ConfigError."""
+    data = cfg.model_dump(mode="json", by_alias=True)
+    for name, value in sections.items():
+        key = PipelineConfig.model_fields[name].alias or name
+        if isinstance(value, BaseModel):
+            data[key] = value.model_dump(mode="json", by_alias=True)
+        elif isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    try:
+        return PipelineConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_explain(Path(what), e)) from None
+
+
+def with_services(cfg: PipelineConfig, bootstrap_servers: str, redis_url: str) -> PipelineConfig:
+    """A copy of ``cfg`` pointing at concrete Kafka and Redis addresses."""
+    return derived(
+        cfg,
+        "the config on local services",
+        kafka={"bootstrap_servers": bootstrap_servers},
+        redis={"url": redis_url},
+    )
+
+
+def dump_config(cfg: PipelineConfig, path: str | Path) -> Path:
+    """Write a self-contained copy of ``cfg`` (schema and model inline, absolute paths)."""
+    from streamrec.atomic_fs import write_text_atomic
+
+    data = cfg.model_dump(mode="json", by_alias=True)
+    return write_text_atomic(Path(path), yaml.safe_dump(data, sort_keys=False))
