@@ -11,7 +11,7 @@ wrote plus ``CHECKPOINT.json`` (a ``CheckpointInfo``), published by one rename. 
 A chain is a base (or daily) followed by the deltas saved after it, each naming its parent.
 Restoring loads the newest complete chain in order: a table load overwrites the keys it
 reads and keeps the others, so base + deltas rebuild the table (dense tables are whole in
-every save). Pure logic and file reading; the fleet calls live in ``pass_steps``.
+every save). Pure logic and file reading; the fleet calls live in ``saves``.
 """
 
 from __future__ import annotations

@@ -20,12 +20,12 @@ from streamrec.config import load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers import dense_average, pass_steps, sync_mode
+from trainers import dense_average, exports, pass_steps, saves, sync_mode
 from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
 from trainers.devices import executor_place
-from trainers.pass_steps import WorkerContext, agree_any
 from trainers.server_flags import ADMISSION_FLAG, DENSE_PUSH_FLAGS, preset_paddle_flags
 from trainers.strategy import build_distributed_program
+from trainers.worker_context import WorkerContext, agree_any
 
 log = logging.getLogger("trainers.cluster")
 
@@ -34,9 +34,9 @@ def _execute(ctx: WorkerContext, command: Command) -> dict:
     if command.kind == "train":
         return pass_steps.train_pass(ctx, command.pass_id, command.id)
     if command.kind == "maintain":
-        return pass_steps.maintain(ctx, command.pass_id, command.id)
+        return saves.maintain(ctx, command.pass_id, command.id)
     if command.kind == "export":
-        return pass_steps.export(ctx, command.pass_id, command.id)
+        return exports.export(ctx, command.pass_id, command.id)
     if command.kind == "score":
         return pass_steps.score(ctx, command.pass_id, command.id)
     return {}
@@ -59,7 +59,7 @@ def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
         result: dict | None = None
         error = None
         recorded = channel.is_done(command)
-        in_model = pass_steps.done_in_model(ctx, command.kind, command.pass_id)
+        in_model = saves.done_in_model(ctx, command.kind, command.pass_id)
         if agree_any(recorded or in_model is not None):
             # the done marker, or (after a crash between the save and the marker) the saves
             result = channel.stored_result(command) if recorded else {**(in_model or {})}
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.sync = sync_mode.install(graph.loss)
     if cfg.model.runner.dense_average == "pass":  # after the sync round: its pull first
         ctx.average = dense_average.install(graph.loss)
-    restored = pass_steps.restore(ctx)
+    restored = saves.restore(ctx)
     if ctx.leader:  # done markers past the restored model name work it no longer holds
         channel.forget_done_after(restored.pass_id if restored else "")
     fleet.util.barrier()

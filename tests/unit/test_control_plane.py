@@ -11,7 +11,7 @@ from streamrec.config import RedisConfig
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import WORKER, Command, WorkerChannel
-from trainers.pass_steps import blocking_hold_s
+from trainers.worker_context import blocking_hold_s
 
 STARTED_MS = 1_700_000_000_000
 

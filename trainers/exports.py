@@ -1,0 +1,77 @@
+"""The raw inference export after a pass (worker 0): the dense program with the dense
+tables as the servers hold them, its ONNX twin, and ``export_spec.json`` naming the
+checkpoint saves that hold the sparse table (``trainers.export_spec``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from streamrec.atomic_fs import publish_dir, temp_dir_for
+from trainers import dense_tables
+from trainers.export_spec import EXPORT_VERSION, ExportSpec, OnnxTwin, write_export_spec
+from trainers.onnx_twin import write_onnx_twin
+from trainers.strategy import saved_value_layout
+from trainers.worker_context import WorkerContext
+
+EXPORT_MODEL_PREFIX = "model"
+
+
+def _save_dense_inference_model(ctx: WorkerContext, prefix: Path) -> None:
+    """Worker 0: the inference program (pooled embeddings + dense -> p) with the dense
+    tables as the servers hold them once settled. ``fleet.save_inference_model`` would also
+    make every server dump its whole sparse table, which the artifact takes from the
+    checkpoints instead (only the keys a pass touched)."""
+    import paddle
+
+    dense_tables.settle()
+    program = paddle.static.default_main_program()
+    graph = ctx.graph
+    block = program.global_block()
+    feeds = [block.var(n) for n in graph.pooled.values()]
+    if graph.dense_var:
+        feeds.append(block.var(graph.dense_var))
+    paddle.static.save_inference_model(
+        str(prefix), feeds, [graph.predict], ctx.exe, program=program
+    )
+
+
+def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+    """The raw inference export of the model as trained through ``pass_id``: the dense
+    program and its parameters, and the checkpoint chain that holds the sparse table (the
+    artifact takes its embeddings from those saves)."""
+    if not ctx.chain or ctx.chain[-1].pass_id != pass_id:
+        raise ValueError(
+            f"export of {pass_id} asked, but the model's newest save is after "
+            f"{ctx.chain[-1].pass_id if ctx.chain else 'no pass'}: train {pass_id} first"
+        )
+    raw = Path(ctx.cfg.paths.work_root) / "exports" / f"{pass_id}-{command_id}"
+    seconds: dict[str, float] = {}
+
+    def write() -> None:
+        tmp = temp_dir_for(raw)
+        _save_dense_inference_model(ctx, tmp / EXPORT_MODEL_PREFIX)
+        onnx = write_onnx_twin(tmp / EXPORT_MODEL_PREFIX)
+        spec = ExportSpec(
+            export_version=EXPORT_VERSION,
+            pass_id=pass_id,
+            model=ctx.cfg.model.model,
+            model_prefix=EXPORT_MODEL_PREFIX,
+            slot_feeds=ctx.graph.pooled,
+            dense_feed=ctx.graph.dense_var,
+            embedding_dim=ctx.cfg.model.hyper_parameters.sparse_feature_dim,
+            saved_value_layout=saved_value_layout(ctx.cfg.model).to_dict(),
+            feature_schema=ctx.cfg.feature_schema.model_dump(mode="json"),
+            checkpoint_root=str(Path(ctx.cfg.paths.checkpoint_root)),
+            chain=tuple(i.model_copy(update={"train": None}) for i in ctx.chain),
+            trained_at=(ctx.chain[-1].train or {}).get("trained_at"),
+            onnx=OnnxTwin(**onnx),
+        )
+        write_export_spec(tmp, spec)
+        (tmp / "_SUCCESS").touch()
+        publish_dir(tmp, raw)
+
+    with ctx.stage("save", seconds):
+        ctx.leader_only(write)
+    return {"pass_id": pass_id, "raw_export": str(raw), "seconds": seconds}

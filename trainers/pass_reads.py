@@ -1,0 +1,185 @@
+"""Reading a pass: this worker's files through Paddle's datasets (QueueDataset streamed by
+the pipe reader, or InMemoryDataset), scored or trained on, and the global metric sums.
+
+``as_text`` converts the worker's Parquet parts to MultiSlot text once per pass; every read
+of the pass streams those files (``every``: every k-th row for a sampled score).
+``run_read`` runs one read and returns the AUC buckets and sums, all-reduced over workers.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streaming.pipe_reader import LABEL_VAR, convert_file, text_command
+from trainers.instance_dump import point_dump, read_dump
+from trainers.metrics import STAT_NAMES, stats_from_predictions
+from trainers.models import AUC_BUCKETS
+from trainers.worker_context import WorkerContext
+
+
+def _scope_array(name: str) -> np.ndarray:
+    import paddle
+
+    return np.array(paddle.static.global_scope().find_var(name).get_tensor())
+
+
+def _reset_stats(ctx: WorkerContext) -> None:
+    import paddle
+
+    scope = paddle.static.global_scope()
+    for var in ctx.graph.stat_vars.values():
+        tensor = scope.find_var(var.name).get_tensor()
+        tensor.set(np.zeros_like(np.array(tensor)), paddle.CPUPlace())
+
+
+Stats = tuple[np.ndarray, np.ndarray, dict[str, float]]
+
+
+def accumulated_stats(ctx: WorkerContext) -> Stats:
+    """This worker's AUC buckets and sums from the graph's accumulators."""
+    stats = ctx.graph.stat_vars
+
+    def read(name: str) -> np.ndarray:
+        return _scope_array(stats[name].name).reshape(-1).astype(np.float64)
+
+    return read("auc_pos"), read("auc_neg"), {n: float(read(n)[0]) for n in STAT_NAMES}
+
+
+def global_stats(local: Stats) -> Stats:
+    """Every worker's buckets and sums, summed (a gloo all-reduce)."""
+    from paddle.distributed import fleet
+
+    pos, neg, sums = local
+    total = np.asarray(fleet.metrics.sum(np.concatenate([pos, neg, [sums[n] for n in STAT_NAMES]])))
+    k = len(pos)
+    return total[:k], total[k : 2 * k], dict(zip(STAT_NAMES, total[2 * k :].tolist(), strict=True))
+
+
+def reader_threads(ctx: WorkerContext, files: list[str]) -> int:
+    # QueueDataset aborts (glog CHECK) when a worker has fewer files than threads.
+    return max(1, min(ctx.cfg.model.runner.thread_num, len(files)))
+
+
+# Scoring updates nothing, so its batches need not be training's: one sparse pull per
+# batch was most of a score's cost at training's 128 rows (a 50,000-row sample: 0.65 s).
+SCORE_BATCH_SIZE = 1024
+
+
+def _batch_size(ctx: WorkerContext, scoring: bool) -> int:
+    """Rows per batch: training's, or at least ``SCORE_BATCH_SIZE`` for a read that scores."""
+    size = ctx.cfg.model.runner.batch_size
+    return max(SCORE_BATCH_SIZE, size) if scoring else size
+
+
+def queue_dataset(
+    ctx: WorkerContext, files: list[str], threads: int, every: int = 1, scoring: bool = False
+) -> Any:
+    """The pass's text files streamed (``every``: every k-th row of each), in training's
+    batches or, ``scoring``, larger ones."""
+    import paddle
+
+    dataset = paddle.distributed.QueueDataset()
+    dataset.init(
+        use_var=ctx.graph.use_vars,
+        pipe_command=text_command(every),
+        batch_size=_batch_size(ctx, scoring),
+        thread_num=threads,
+    )
+    dataset.set_filelist(files)
+    return dataset
+
+
+def in_memory_dataset(
+    ctx: WorkerContext,
+    files: list[str],
+    threads: int,
+    command: str,
+    ins_id: bool = False,
+    scoring: bool = False,
+) -> Any:
+    """``files`` loaded into memory through the pipe ``command``; ``ins_id``: each row
+    carries its event id (for dumps); ``scoring``: in scoring's larger batches."""
+    # paddle.distributed.InMemoryDataset().global_shuffle(fleet) raises AttributeError in
+    # 2.6.2; the base DatasetFactory one shuffles across workers (DESIGN.md).
+    from paddle.base import DatasetFactory
+
+    dataset = DatasetFactory().create_dataset("InMemoryDataset")
+    dataset.set_use_var(ctx.graph.use_vars)
+    dataset.set_pipe_command(command)
+    dataset.set_parse_ins_id(ins_id)
+    dataset.set_batch_size(_batch_size(ctx, scoring))
+    dataset.set_thread(threads)
+    dataset.set_filelist(files)
+    dataset.load_into_memory()
+    return dataset
+
+
+def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stats:
+    """Score (``phase`` "test") or train on this worker's part of the pass, then the global
+    buckets and sums (``metrics_from_stats`` makes them metrics). With one reader thread
+    they come from the graph's accumulators; with more, from every instance's dumped
+    prediction and label (the threads race on the accumulators, see ``instance_dump``)."""
+    import paddle
+
+    program = paddle.static.default_main_program()
+    dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
+    point_dump(program, [ctx.graph.predict.name, LABEL_VAR], dump if threads > 1 else None)
+    _reset_stats(ctx)
+    rounds = ctx.sync if phase == "train" else None
+    if rounds is not None:
+        rounds.begin()
+    if ctx.average is not None and phase == "train" and ctx.chain:
+        ctx.average.begin()  # a fresh model keeps its last iterate: nothing to sum
+    if dataset is not None:
+        # the main program for both: its fleet options make the device worker pull the dense
+        # tables from the servers first (a clone(for_test=True) lost them, and segfaulted
+        # in DownpourLiteWorker when given them: they are keyed by program id)
+        run = ctx.exe.infer_from_dataset if phase == "test" else ctx.exe.train_from_dataset
+        run(program=program, dataset=dataset, debug=False)
+    if rounds is not None:  # a worker without data still joins the others' rounds
+        rounds.finish()
+    if threads == 1:
+        return global_stats(accumulated_stats(ctx))
+    scores, labels = read_dump(dump, 2)
+    shutil.rmtree(dump)
+    return global_stats(stats_from_predictions(scores, labels, AUC_BUCKETS))
+
+
+def progressive_every(progressive: str, rows: int, sample_rows: int) -> int:
+    """Every how many rows of each file the progressive scores read: 1 for ``separate``
+    (and for a ``sample`` of a pass no larger than ``sample_rows``), 0 for ``in_train``."""
+    if progressive == "in_train":
+        return 0
+    if progressive == "sample":
+        return max(1, math.ceil(rows / sample_rows))
+    return 1
+
+
+def sampled_rows(parts: list[int], every: int) -> int:
+    """Rows an ``every``-th-row read of files of ``parts`` rows gives (from each first row)."""
+    return sum(math.ceil(n / every) for n in parts)
+
+
+@contextmanager
+def as_text(ctx: WorkerContext, parts: list[str], seconds: dict[str, float]) -> Iterator[list[str]]:
+    """This worker's ``parts`` of a pass converted to MultiSlot text once, in local files
+    that every read of the pass streams (``text_command``), removed after the pass."""
+    root = Path(ctx.cfg.paths.work_root) / "pass-text" / f"worker-{ctx.rank}"
+    shutil.rmtree(root, ignore_errors=True)  # left by a worker killed mid-pass
+    root.mkdir(parents=True)
+    texts = [str(root / f"{i:05d}.txt") for i in range(len(parts))]
+    try:
+        with ctx.stage("convert", seconds), ThreadPoolExecutor(reader_threads(ctx, parts)) as pool:
+            schema = ctx.cfg.feature_schema
+            list(pool.map(lambda a, b: convert_file(Path(a), Path(b), schema), parts, texts))
+        yield texts
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
