@@ -101,6 +101,7 @@ class KafkaSource:
 
     @property
     def consumer(self) -> KafkaConsumer:
+        """The open consumer (RuntimeError before ``open``)."""
         if self._consumer is None:
             raise RuntimeError("the Kafka source is not open")
         return self._consumer
@@ -171,6 +172,7 @@ class KafkaSource:
             self._dlq_unflushed = False
 
     def close(self) -> None:
+        """Flush the dead letters, then close both clients (whichever were started)."""
         if self._dlq is not None:
             self._dlq.flush()
             self._dlq.close()

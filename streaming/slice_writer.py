@@ -98,4 +98,5 @@ class SliceWriter:
         return Written(partition, write.window, write.owner, write.resume)
 
     def close(self) -> None:
+        """Stop the writer thread once the slices in flight are written."""
         self._pool.shutdown()

@@ -53,6 +53,7 @@ class WindowCutter:
 
     @property
     def width_ms(self) -> int:
+        """One window's length in milliseconds."""
         return self.pass_minutes * 60_000
 
     def pass_id_of(self, event_ms: int) -> str:

@@ -64,6 +64,7 @@ def global_stats(local: Stats) -> Stats:
 
 
 def reader_threads(ctx: WorkerContext, files: list[str]) -> int:
+    """Reader threads for ``files``: ``runner.thread_num``, at most one a file."""
     # QueueDataset aborts (glog CHECK) when a worker has fewer files than threads.
     return max(1, min(ctx.cfg.model.runner.thread_num, len(files)))
 

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 
 def checkpoint_summary(ctx: WorkerContext, info: CheckpointInfo) -> dict[str, Any]:
+    """What a command's reply says of a save: its name, kind, path and key counts."""
     return {
         "name": info.name,
         "kind": info.kind,
