@@ -35,6 +35,7 @@ checkpoints, artifacts) holds the Redis password.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import logging
 import os
@@ -248,6 +249,8 @@ class RequestClient:
             except OSError as e:
                 timed_out = isinstance(getattr(e, "reason", e), TimeoutError)
                 outcome = "timeout" if timed_out else "no connection"  # the service was down
+            except http.client.IncompleteRead:  # the service was killed while it answered
+                outcome = "no connection"
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
 
     def ready(self) -> bool:
