@@ -366,9 +366,12 @@ class PassBuilder:
             if now - state.last_seen[kind] >= idle_s
             and self._source.caught_up(self.topics[kind], partition)
         }
-        newest_anywhere = max(
-            (t for s in self._owned.values() for t in s.newest_ms.values()), default=0
-        )
+        # only when every topic here is idle does the newest time of any partition count
+        newest_anywhere = 0
+        if len(idle) == len(self.topics):
+            newest_anywhere = max(
+                (t for s in self._owned.values() for t in s.newest_ms.values()), default=0
+            )
         return watermark_ms(state.newest_ms, self.topics, idle, newest_anywhere, self._lateness_ms)
 
     # -- open transactions -------------------------------------------------------------------
