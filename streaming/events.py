@@ -19,7 +19,7 @@ MalformedEvent with a reason code; they never let a bad event through.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -143,7 +143,7 @@ def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]
     if not isinstance(sparse, dict) or not isinstance(dense, dict):
         raise MalformedEvent("wrong_type", "sparse and dense must be objects")
     row: dict[str, Any] = {}
-    slots, features = _layout(schema)
+    slots, features, _, _ = _layout(schema)
     for name, multi, default in slots:
         v = sparse.get(name)
         if multi:
@@ -184,14 +184,23 @@ def scoring_row(event: Any, schema: SchemaConfig) -> dict[str, Any]:
     if unknown := set(event) - SCORING_FIELDS:
         raise MalformedEvent("unknown_field", str(sorted(unknown)))
     sparse, dense = event.get("sparse", {}), event.get("dense", {})
-    if isinstance(sparse, dict) and (unknown := set(sparse) - {s.name for s in schema.sparse}):
+    layout = _layout(schema)
+    if isinstance(sparse, dict) and (unknown := sparse.keys() - layout.slot_names):
         raise MalformedEvent("unknown_slot", f"sparse: {sorted(unknown)}")
-    if isinstance(dense, dict) and (unknown := set(dense) - {d.name for d in schema.dense}):
+    if isinstance(dense, dict) and (unknown := dense.keys() - layout.feature_names):
         raise MalformedEvent("unknown_feature", f"dense: {sorted(unknown)}")
     return feature_row(sparse, dense, schema)
 
 
-Layout = tuple[tuple[tuple[str, bool, str], ...], tuple[tuple[str, float], ...]]
+class Layout(NamedTuple):
+    """The schema as plain values, read for every event."""
+
+    slots: tuple[tuple[str, bool, str], ...]  # name, multi, default
+    features: tuple[tuple[str, float], ...]  # name, default
+    slot_names: frozenset[str]
+    feature_names: frozenset[str]
+
+
 _last_layout: tuple[SchemaConfig, Layout] | None = None
 
 
@@ -200,9 +209,11 @@ def _layout(schema: SchemaConfig) -> Layout:
     last schema seen; the cache holds the schema itself, so identity cannot be mistaken."""
     global _last_layout
     if _last_layout is None or _last_layout[0] is not schema:
-        layout = (
+        layout = Layout(
             tuple((s.name, s.multi, s.default) for s in schema.sparse),
             tuple((d.name, d.default) for d in schema.dense),
+            frozenset(s.name for s in schema.sparse),
+            frozenset(d.name for d in schema.dense),
         )
         _last_layout = (schema, layout)
     return _last_layout[1]
