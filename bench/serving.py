@@ -107,12 +107,12 @@ def train_and_deliver(root: Path, services, big_rows: int, small_rows: int) -> d
         c = cluster.client
         for pass_id in (first, second):
             print(f"training {pass_id}", flush=True)
-            trained = pass_sequence.train(c, pass_id)
-        decision = pass_sequence.evaluate(cfg, trained)
-        pass_sequence.deliver(cfg, pass_sequence.publish(cfg, c, second, decision))
-        trained = pass_sequence.train(c, third)
+            trained = c.train(pass_id)
+        decision = delivery.evaluate(cfg, trained)
+        delivery.deliver(cfg, pass_sequence.publish(cfg, c, second, decision))
+        trained = c.train(third)
         raw = c.export(third)["raw_export"]  # packaged twice below, each timed
-    decision = pass_sequence.evaluate(cfg, trained)
+    decision = delivery.evaluate(cfg, trained)
     print("delivering the third pass as a delta, then as a full version", flush=True)
     delta = _deliver_timed(cfg, raw, decision)
     delta["inprocess_swap_s"] = _inprocess_swap_s(cfg, second, third)

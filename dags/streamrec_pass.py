@@ -11,16 +11,16 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | task | calls | outcome |
 | --- | --- | --- |
 | `wait_pass` | `passes.pass_state` | until `_SUCCESS`; skips a window with no pass or caught up |
-| `train_pass` | `pass_sequence.train` | progressive validation, training, checkpoint (delta/base) |
-| `evaluate` | `pass_sequence.evaluate` | the quality-gate decision, stored on the pass |
+| `train_pass` | `ClusterClient.train` | progressive validation, training, checkpoint (delta/base) |
+| `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
 | `export` | `pass_sequence.publish` | the pass as an artifact; or skipped |
-| `deliver` | `pass_sequence.deliver` | the serving pointer moved; an event on the model asset |
+| `deliver` | `delivery.deliver` | the serving pointer moved; an event on the model asset |
 | `day_end` | `pass_sequence.day_end` | after a day's last pass: shrink, retention |
 | `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
 | `deliver_newest` | as `export`, then `deliver` | the newest pass `catch_up` trained; or skipped |
 
-The steps are `ops/pass_sequence.py`'s, which the demo, the benchmarks and the tests run in
-the same order. A pass is delivered as soon as its gate passes it; the day-end and catch-up
+The order is `ops/pass_sequence.py`'s (`run_pass`), which the demo and the serving tests
+run whole. A pass is delivered as soon as its gate passes it; the day-end and catch-up
 steps come after, off the path from training to serving (`day_end` runs whether or not the
 pass was delivered). While behind (after an outage), the run's own pass is not exported:
 `catch_up` trains up to `schedule.catchup_passes` complete passes after it, oldest first,
@@ -93,9 +93,9 @@ def _client(cfg: PipelineConfig) -> ClusterClient:
 
 def _deliver(cfg: PipelineConfig, version: str, outlet_events: Any) -> dict[str, Any]:
     """Make ``version`` serve; its result rides on the serving-model asset's event."""
-    from ops import pass_sequence
+    from serving_export.delivery import deliver
 
-    result = pass_sequence.deliver(cfg, version)
+    result = deliver(cfg, version)
     outlet_events[SERVING_MODEL].extra = result
     return result
 
@@ -146,15 +146,13 @@ def streamrec_pass():
 
     @task
     def train_pass(pass_id: str) -> dict[str, Any]:
-        from ops import pass_sequence
-
-        return pass_sequence.train(_client(_config()), pass_id)
+        return _client(_config()).train(pass_id)
 
     @task
     def evaluate(train_result: dict[str, Any]) -> dict[str, Any]:
-        from ops import pass_sequence
+        from serving_export.delivery import evaluate
 
-        return pass_sequence.evaluate(_config(), train_result).to_dict()
+        return evaluate(_config(), train_result).to_dict()
 
     @task
     def export(pass_id: str, decision: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ops import pass_sequence
-from serving_export.delivery import DELIVERED_FIELD
+from serving_export.delivery import DELIVERED_FIELD, evaluate
 from serving_export.quality_gate import GateDecision
 from streamrec.config import PipelineConfig
 from streamrec.passes import complete_passes, next_pass_id, pass_state
@@ -106,7 +106,7 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
         if "train" in status and status.get(CAUGHT_UP_FIELD, {}).get("by_run_of") != pass_id:
             break
         r.hset(keys.pass_status(nxt), CAUGHT_UP_FIELD, json.dumps({**mark, "at": time.time()}))
-        decision = pass_sequence.evaluate(cfg, pass_sequence.train(client, nxt))
+        decision = evaluate(cfg, client.train(nxt))
         pass_sequence.day_end(cfg, client, nxt)
         trained.append(nxt)
         newest = nxt

@@ -1,13 +1,16 @@
 """One pass's steps, written once, in the order the pipeline runs them.
 
-    train -> evaluate (the quality gate, judged once per pass) -> publish (the cluster's
-    export packaged as a version) -> deliver (the serving pointer moves) -> day_end (after
-    a logical day's last pass: the cluster's shrink and daily save, then retention)
+    ClusterClient.train -> delivery.evaluate (the quality gate, judged once per pass)
+    -> publish (the cluster's export packaged as a version) -> delivery.deliver (the
+    serving pointer moves) -> day_end (after a logical day's last pass: the cluster's
+    shrink and daily save, then retention)
 
 ``publish`` and ``deliver`` run only for a pass its gate passed; ``day_end`` runs either
 way, after them, off the path from training to serving. The Airflow DAG runs each step as
-its own task (``dags/streamrec_pass.py``: a step that fails is retried alone); the demo,
-the catch-up, the benchmarks and the tests run them in this order through ``run_pass``.
+its own task (``dags/streamrec_pass.py``: a step that fails is retried alone), calling
+``publish`` and ``day_end`` here and the stages' own functions for the rest. The demo and
+the serving tests run a pass whole through ``run_pass``; the catch-up takes ``day_end``,
+``bench/serving.py`` and the table lifecycle test take ``publish``.
 Every step is idempotent per pass: a step run again returns what it did the first time.
 """
 
@@ -33,27 +36,12 @@ class PassOutcome:
     day_end: dict[str, Any]
 
 
-def train(client: ClusterClient, pass_id: str) -> dict[str, Any]:
-    """Progressive metrics, then training and the checkpoint: the cluster's reply."""
-    return client.train(pass_id)
-
-
-def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
-    """The quality gate's decision on the pass, stored on it (a re-run returns that one)."""
-    return delivery.evaluate(cfg, train_result)
-
-
 def publish(
     cfg: PipelineConfig, client: ClusterClient, pass_id: str, decision: GateDecision
 ) -> str:
     """The model as trained through ``pass_id`` exported and published; its version."""
     raw = client.export(pass_id)["raw_export"]
     return delivery.publish(cfg, raw, decision)["version"]
-
-
-def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
-    """``version`` made to serve (the registry's pointer; only forward)."""
-    return delivery.deliver(cfg, version)
 
 
 def day_end(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> dict[str, Any]:
@@ -65,9 +53,9 @@ def day_end(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> dict[st
 
 def run_pass(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> PassOutcome:
     """Every step for one complete pass, in order."""
-    trained = train(client, pass_id)
-    decision = evaluate(cfg, trained)
+    trained = client.train(pass_id)
+    decision = delivery.evaluate(cfg, trained)
     version = None
     if decision.passed:
-        version = deliver(cfg, publish(cfg, client, pass_id, decision))["version"]
+        version = delivery.deliver(cfg, publish(cfg, client, pass_id, decision))["version"]
     return PassOutcome(trained, decision, version, day_end(cfg, client, pass_id))

@@ -65,7 +65,7 @@ def _run(
     keys, maintenance, versions = [], [], []
     with LocalCluster(cfg, resolved) as cluster:
         for pass_id in passes:
-            trained = pass_sequence.train(cluster.client, pass_id)
+            trained = cluster.client.train(pass_id)
             keys.append(trained["checkpoint"]["table_keys"])
             if publish:  # before the day's end, as the DAG's tasks run (any gate passes)
                 passed = GateDecision(True, trained["test"]["auc"], None)
