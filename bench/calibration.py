@@ -54,12 +54,12 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import yaml
 from machine import hardware_line
-from pipeline import REPO, STREAMREC, bench_config, section
+from pipeline import REPO, STREAMREC, bench_config
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 
-from streamrec.config import PipelineConfig, SchemaConfig, dump_config
+from streamrec.config import PipelineConfig, SchemaConfig, derived, dump_config
 from streamrec.local_services import local_services
 from streamrec.passes import next_pass_id, pass_dir, read_manifest, window_ms
 from trainers.control_plane import ClusterClient
@@ -285,7 +285,7 @@ def replay(cfg: PipelineConfig, sample: Sample, regression_c: float | None = Non
     (of inverse L2 strength ``regression_c``, the sample's by default)."""
     table = sample.rows()
     passes = table.num_rows // sample.rows_per_pass  # a last, partial window only closes the pass
-    cfg = cfg.model_copy(update={"feature_schema": sample.schema()})
+    cfg = derived(cfg, f"the {sample.name} replay's config", feature_schema=sample.schema())
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     events = Path(cfg.paths.work_root) / f"{sample.name}.jsonl"
     start_ms, _ = window_ms(FIRST, cfg.passes.pass_minutes)
@@ -308,26 +308,26 @@ def replay(cfg: PipelineConfig, sample: Sample, regression_c: float | None = Non
 
 def with_settings(cfg: PipelineConfig, settings: list[str]) -> PipelineConfig:
     """``cfg`` with each ``dotted.key=value`` (the value read as YAML) set, validated again."""
-    data = cfg.model_dump(mode="json", by_alias=True)
     for setting in settings:
         key, _, value = setting.partition("=")
-        *parents, leaf = key.split(".")
-        node = data
-        for name in parents:
-            node = node[name]
-        node[leaf] = yaml.safe_load(value)
-    return PipelineConfig.model_validate(data)
+        section, *path = key.split(".")
+        change = yaml.safe_load(value)
+        for name in reversed(path):
+            change = {name: change}
+        cfg = derived(cfg, f"--set {setting}", **{section: change})
+    return cfg
 
 
 def one_run(services, root: Path, run: int, sample: Sample, args: argparse.Namespace) -> RunGaps:
     """One replay on a fresh cluster of the shipped config, as ``args`` varies it."""
     cfg = bench_config(services, root, f"calibration{run}")
-    cfg = section(cfg, "passes", parts_per_pass=2)
-    cfg = section(cfg, "cluster", workers=args.workers)
-    runner = cfg.model.runner.model_copy(
-        update={"sync_mode": args.sync_mode, "intercept": args.intercept}
+    cfg = derived(
+        cfg,
+        "the calibration run's config",
+        passes={"parts_per_pass": 2},
+        cluster={"workers": args.workers},
+        model={"runner": {"sync_mode": args.sync_mode, "intercept": args.intercept}},
     )
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
     done = replay(with_settings(cfg, args.set), sample, args.regression_c)
     print(f"\nrun {run}\n{done.table()}", flush=True)
     return done.gaps()

@@ -27,7 +27,7 @@ from machine import hardware_line
 from streaming.pass_builder import PassBuilder
 from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
 from streaming.topics import CONSUMER_FETCH, ensure_topic
-from streamrec.config import load_config, with_services
+from streamrec.config import derived, load_config, with_services
 from streamrec.local_services import start_broker
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,7 +71,7 @@ def bare_loop(servers: str, topic: str, partitions: int, total: int, isolation: 
 
 def build(cfg, root: Path, topic: str, partitions: int, last: str) -> tuple[float, int, int]:
     """Seconds for a fresh builder (empty data root) to complete every pass; passes, rows."""
-    cfg = cfg.model_copy(update={"paths": cfg.paths.model_copy(update={"data_root": root})})
+    cfg = derived(cfg, "the builder's config", paths={"data_root": root})
 
     def consumer() -> KafkaConsumer:
         return _assigned(cfg.kafka.bootstrap_servers, topic, partitions, cfg.kafka.isolation_level)
@@ -102,14 +102,11 @@ def main() -> int:
         broker = start_broker(root / "services")
         try:
             base = load_config(REPO / "configs" / "pipeline.yaml")
-            cfg = with_services(base, broker.address, "redis://unused")
-            cfg = cfg.model_copy(
-                update={
-                    "join": cfg.join.model_copy(update={"mode": "label_in_impression"}),
-                    "synthetic": cfg.synthetic.model_copy(
-                        update={"events_per_pass": args.events_per_pass}
-                    ),
-                }
+            cfg = derived(
+                with_services(base, broker.address, "redis://unused"),
+                "the ingest benchmark's config",
+                join={"mode": "label_in_impression"},
+                synthetic={"events_per_pass": args.events_per_pass},
             )
             topic, partitions = cfg.kafka.impressions_topic, cfg.kafka.partitions
             ensure_topic(cfg.kafka, topic, partitions)

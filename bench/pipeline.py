@@ -13,17 +13,20 @@ from typing import Any
 
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_synthetic
-from streamrec.config import PipelineConfig, SchemaConfig, dump_config, load_config, with_services
+from streamrec.config import (
+    PipelineConfig,
+    SchemaConfig,
+    derived,
+    dump_config,
+    load_config,
+    with_services,
+)
 from streamrec.local_services import free_port
 from trainers.node_processes import fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent
 STREAMREC = str(Path(sys.executable).with_name("streamrec"))  # the CLI in this venv
 FIRST = "202601010000"
-
-
-def section(cfg: PipelineConfig, name: str, **values) -> PipelineConfig:
-    return cfg.model_copy(update={name: getattr(cfg, name).model_copy(update=values)})
 
 
 def bench_config(
@@ -36,18 +39,19 @@ def bench_config(
         services.bootstrap_servers,
         services.redis_url,
     )
-    cfg = cfg.model_copy(update={"name": name})
-    cfg = section(cfg, "join", mode="label_in_impression")
-    cfg = section(cfg, "kafka", impressions_topic=f"impressions-{name}")
-    if events is not None:
-        cfg = section(cfg, "synthetic", events_per_pass=events, **synthetic)
-    return section(
+    return derived(
         cfg,
-        "paths",
-        data_root=root / name / "data",
-        checkpoint_root=root / name / "checkpoints",
-        model_root=root / name / "models",
-        work_root=root / name / "run",
+        f"the {name} benchmark's config",
+        name=name,
+        join={"mode": "label_in_impression"},
+        kafka={"impressions_topic": f"impressions-{name}"},
+        synthetic={} if events is None else {"events_per_pass": events, **synthetic},
+        paths={
+            "data_root": root / name / "data",
+            "checkpoint_root": root / name / "checkpoints",
+            "model_root": root / name / "models",
+            "work_root": root / name / "run",
+        },
     )
 
 

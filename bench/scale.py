@@ -48,14 +48,15 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 from machine import hardware_line
-from pipeline import bench_config, section
+from pipeline import bench_config
 from serving import Served
 
 from ops.charts import Series, YRange, chart_page, line_chart
 from serving_export import delivery
+from serving_export.manifest import ArtifactManifest
 from streaming.events import pass_table_schema
 from streaming.slices import assemble_pass, write_slice
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.local_services import local_services
 from streamrec.passes import EventCounts, PartitionRange, next_pass_id, pass_dir, window_ms
 from streamrec.redis_conn import connect
@@ -136,13 +137,15 @@ def _timed_start(cfg: PipelineConfig, config: Path) -> tuple[LocalCluster, float
     return cluster, time.perf_counter() - started
 
 
-def _deliver(cfg: PipelineConfig, cluster: LocalCluster, trained: dict) -> tuple[dict, float]:
+def _deliver(
+    cfg: PipelineConfig, cluster: LocalCluster, trained: dict
+) -> tuple[ArtifactManifest, float]:
     """Export, package and deliver the pass just trained; its manifest and the seconds."""
     decision = delivery.evaluate(cfg, trained)
     started = time.perf_counter()
     raw = cluster.client.export(trained["pass_id"])["raw_export"]
     manifest = delivery.publish(cfg, raw, decision)
-    delivery.deliver(cfg, manifest["version"])
+    delivery.deliver(cfg, manifest.version)
     return manifest, time.perf_counter() - started
 
 
@@ -179,9 +182,9 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
             before = int(r.info("memory")["used_memory"])
             full, _ = _deliver(cfg, cluster, trained)
             redis_bytes = int(r.info("memory")["used_memory"]) - before
-            if full["sparse"]["kind"] != "full":
-                raise SystemExit(f"version {full['version']} is a {full['sparse']['kind']}")
-            artifact = _du(Path(cfg.paths.model_root) / cfg.model.model / full["version"])
+            if full.sparse.kind != "full":
+                raise SystemExit(f"version {full.version} is a {full.sparse.kind}")
+            artifact = _du(Path(cfg.paths.model_root) / cfg.model.model / full.version)
             # a pass touching a tenth of the ids again (a fifth of the keys), as a delta
             touched = train(0, max(1, keys // 10))
             delta, delta_s = _deliver(cfg, cluster, touched)
@@ -196,7 +199,7 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
             point = Point(
                 keys,
                 server_rss,
-                delta["sparse"]["keys"],
+                delta.sparse.keys,
                 delta_s,
                 maintained["shrink"],
                 maintained["save"],
@@ -209,7 +212,7 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
             print(
                 f"{keys:,} keys: servers {server_rss / MIB:,.0f} MiB, full artifact "
                 f"{artifact / MIB:,.0f} MiB and {redis_bytes / MIB:,.0f} MiB in Redis, a "
-                f"{delta['sparse']['kind']} of {point.delta_keys:,} keys delivered in "
+                f"{delta.sparse.kind} of {point.delta_keys:,} keys delivered in "
                 f"{delta_s:.1f} s, shrink {point.shrink_s:.1f} s, base save "
                 f"{point.save_s:.1f} s, restore {point.start_s:.1f} s, serving "
                 f"{serving_rss / MIB:,.0f} MiB",
@@ -353,9 +356,13 @@ def main() -> int:
         root = Path(tmp)
         with local_services(root / "services") as services:
             cfg = bench_config(services, root, "scale")
-            cfg = section(cfg, "checkpoints", base_every_passes=10_000)
-            cfg = section(cfg, "gate", min_auc=0.0, max_auc_drop=1.0, min_rows=1)
-            cfg = section(cfg, "serving", sparse_store="redis")
+            cfg = derived(
+                cfg,
+                "the scale benchmark's config",
+                checkpoints={"base_every_passes": 10_000},
+                gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
+                serving={"sparse_store": "redis"},
+            )
             config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
             pass_dir(cfg.paths.data_root, FIRST).parent.mkdir(parents=True, exist_ok=True)
             points = grow(cfg, config, sizes, args.rows_per_pass)

@@ -47,13 +47,13 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 from machine import hardware_line
-from pipeline import STREAMREC, bench_config, build, section
+from pipeline import STREAMREC, bench_config, build
 
 from ops import pass_sequence
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import InProcessStore
-from streamrec.config import PipelineConfig, dump_config, load_config
+from streamrec.config import PipelineConfig, derived, dump_config, load_config
 from streamrec.local_services import free_port, local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
@@ -70,13 +70,13 @@ def _timed(step) -> tuple[Any, float]:
 
 def _deliver_timed(cfg: PipelineConfig, raw: str, decision) -> dict[str, float]:
     manifest, package_s = _timed(lambda: delivery.publish(cfg, raw, decision))
-    result, deliver_s = _timed(lambda: delivery.deliver(cfg, manifest["version"]))
+    result, deliver_s = _timed(lambda: delivery.deliver(cfg, manifest.version))
     model_dir = Path(cfg.paths.model_root) / cfg.model.model
-    _, rebuild_s = _timed(lambda: InProcessStore(model_dir).embeddings_for(manifest["version"]))
+    _, rebuild_s = _timed(lambda: InProcessStore(model_dir).embeddings_for(manifest.version))
     return {
-        "kind": manifest["sparse"]["kind"],
-        "keys": manifest["sparse"]["keys"],
-        "table_keys": manifest["sparse"]["table_keys"],
+        "kind": manifest.sparse.kind,
+        "keys": manifest.sparse.keys,
+        "table_keys": manifest.sparse.table_keys,
         "package_s": package_s,
         "redis_s": result["redis"]["seconds"],
         "deliver_s": deliver_s,
@@ -95,10 +95,14 @@ def _inprocess_swap_s(cfg: PipelineConfig, parent: str, version: str) -> float:
 def train_and_deliver(root: Path, services, big_rows: int, small_rows: int) -> dict[str, Any]:
     heavy = {"cardinality": {"user_id": 50_000_000, "item_id": 50_000_000}, "zipf_a": 1.05}
     cfg = bench_config(services, root, "serving", small_rows, **heavy)
-    cfg = section(cfg, "checkpoints", base_every_passes=100)
-    cfg = section(cfg, "gate", min_auc=0.0, max_auc_drop=1.0, min_rows=1)
-    cfg = section(cfg, "serving", sparse_store="redis")
-    big = section(cfg, "synthetic", events_per_pass=big_rows)
+    cfg = derived(
+        cfg,
+        "the serving benchmark's config",
+        checkpoints={"base_every_passes": 100},
+        gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
+        serving={"sparse_store": "redis"},
+    )
+    big = derived(cfg, "the big pass's config", synthetic={"events_per_pass": big_rows})
     print(f"building passes: 1 x {big_rows} rows, 2 x {small_rows} rows", flush=True)
     (first,) = build(big, 1, BIG_FIRST)
     second, third = build(cfg, 2, SMALL_FIRST)
@@ -116,8 +120,11 @@ def train_and_deliver(root: Path, services, big_rows: int, small_rows: int) -> d
     print("delivering the third pass as a delta, then as a full version", flush=True)
     delta = _deliver_timed(cfg, raw, decision)
     delta["inprocess_swap_s"] = _inprocess_swap_s(cfg, second, third)
-    full_cfg = section(
-        cfg.model_copy(update={"name": "serving-full"}), "paths", model_root=root / "full-models"
+    full_cfg = derived(
+        cfg,
+        "the full version's config",
+        name="serving-full",
+        paths={"model_root": root / "full-models"},
     )
     full = _deliver_timed(full_cfg, raw, decision)
     return {"cfg": cfg, "config": config, "version": third, "delta": delta, "full": full}
@@ -262,8 +269,7 @@ def measure_overload(
     ``max_in_flight`` (the baseline passes a huge one: no bound) instead of the config's."""
     cfg = load_config(config)
     if max_in_flight is not None:
-        serving = cfg.serving.model_copy(update={"max_in_flight": max_in_flight})
-        cfg = cfg.model_copy(update={"serving": serving})
+        cfg = derived(cfg, "the overload config", serving={"max_in_flight": max_in_flight})
     bound = cfg.serving.max_in_flight
     config = dump_config(cfg, work / f"overload-{bound}.yaml")
     body = work / "body-batch1.json"

@@ -42,10 +42,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 from machine import hardware_line
-from pipeline import REPO, bench_config, build, fleet_job, section, tsv_line
+from pipeline import REPO, bench_config, build, fleet_job, tsv_line
 
 from streamrec.auc import exact_auc
-from streamrec.config import PipelineConfig, dump_config, load_config
+from streamrec.config import PipelineConfig, derived, dump_config, load_config
 from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
@@ -110,11 +110,14 @@ def _train_once(
 ) -> ModeRun:
     """A fresh cluster in the ``settings`` mode trains the pass, as the reference does."""
     slug = f"{re.sub('[^a-z0-9]+', '-', label)}-{attempt}"
-    runner = cfg.model.runner.model_copy(update=settings)
-    model = cfg.model.model_copy(update={"runner": runner})
-    cfg = cfg.model_copy(update={"name": f"throughput-{slug}", "model": model})
     run = Path(cfg.paths.work_root).parent / slug
-    cfg = section(cfg, "paths", checkpoint_root=run / "checkpoints", work_root=run / "run")
+    cfg = derived(
+        cfg,
+        f"the {label} run's config",
+        name=f"throughput-{slug}",
+        model={"runner": settings},
+        paths={"checkpoint_root": run / "checkpoints", "work_root": run / "run"},
+    )
     resolved = dump_config(cfg, run / "pipeline.yaml")
     with LocalCluster(cfg, resolved) as cluster:
         start = time.perf_counter()
@@ -130,8 +133,7 @@ def throughput(
 ) -> tuple[list[ModeRun], float, dict[str, float]]:
     """Every mode's run on the same pass, and the reference's training seconds on it."""
     cfg = bench_config(services, root, "throughput", rows)
-    runner = cfg.model.runner.model_copy(update={"thread_num": threads})
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
+    cfg = derived(cfg, "the throughput config", model={"runner": {"thread_num": threads}})
     first = build(cfg, 1)[0]
     n = read_manifest(pass_dir(cfg.paths.data_root, first)).rows
     runs = []
@@ -205,8 +207,8 @@ def progressive_error(services, root: Path, rows: int, passes: int) -> list[dict
     """The ``sample`` mode's progressive metrics against the whole pass's, on the same model:
     before each pass is trained (in ``sample`` mode), the cluster scores all of it."""
     cfg = bench_config(services, root, "progressive", rows)
-    runner = cfg.model.runner.model_copy(update={"progressive": "sample"})
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
+    cfg = derived(cfg, "the progressive config", model={"runner": {"progressive": "sample"}})
+    runner = cfg.model.runner
     ids = build(cfg, passes)
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     compared = []
@@ -238,22 +240,19 @@ def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[fl
     """Servers' RSS at start and peak (MiB) and the final table keys, eviction off and on."""
     heavy = {"cardinality": {"user_id": 20_000_000, "item_id": 200_000}}
     base = bench_config(services, root, "memory", events, **heavy)
-    base = section(base, "passes", pass_minutes=360)  # four passes a logical day
+    base = derived(base, "the memory config", passes={"pass_minutes": 360})  # 4 a logical day
     ids = build(base, passes)
     figures = {}
     for label, table in (
         ("off", {}),
         ("on", {"delete_threshold": 0.25, "delete_after_unseen_days": 1}),
     ):
-        cfg = base.model_copy(update={"name": f"memory-{label}"})
-        hp = cfg.model.hyper_parameters
-        sparse = hp.sparse_table.model_copy(update=table)
-        model = cfg.model.model_copy(
-            update={"hyper_parameters": hp.model_copy(update={"sparse_table": sparse})}
-        )
-        cfg = cfg.model_copy(update={"model": model})
-        cfg = section(
-            cfg, "paths", checkpoint_root=root / f"ckpt-{label}", work_root=root / f"run-{label}"
+        cfg = derived(
+            base,
+            f"the memory config, eviction {label}",
+            name=f"memory-{label}",
+            model={"hyper_parameters": {"sparse_table": table}},
+            paths={"checkpoint_root": root / f"ckpt-{label}", "work_root": root / f"run-{label}"},
         )
         resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
         keys = 0

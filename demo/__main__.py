@@ -92,7 +92,7 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
         predictor = Predictor.serving(cfg.paths.model_root, delivery.registry_for(cfg))
         tail = list(batches.values())[-1].events[:5]
         scores = predictor.score(tail)
-        print(f"\nserving model {predictor.manifest['version']} scores the next events:")
+        print(f"\nserving model {predictor.version} scores the next events:")
         for event, p in zip(tail, scores, strict=True):
             print(f"  {event['event_id']:<16} p(click)={p:.4f}  clicked={event['label']}")
         print(

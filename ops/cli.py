@@ -132,7 +132,7 @@ def _publish(args: argparse.Namespace) -> int:
     cfg = _config(args.config)
     spec = read_export_spec(args.raw_export)
     manifest = publish(cfg, args.raw_export, stored_decision(cfg, spec.pass_id))
-    print(json.dumps({"version": manifest["version"], "sparse": manifest["sparse"]}))
+    print(json.dumps({"version": manifest.version, "sparse": manifest.sparse.model_dump()}))
     return 0
 
 

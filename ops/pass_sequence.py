@@ -41,7 +41,7 @@ def publish(
 ) -> str:
     """The model as trained through ``pass_id`` exported and published; its version."""
     raw = client.export(pass_id)["raw_export"]
-    return delivery.publish(cfg, raw, decision)["version"]
+    return delivery.publish(cfg, raw, decision).version
 
 
 def day_end(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 One pass through this stage: ``delivery.evaluate`` judges the pass (``quality_gate``);
 ``delivery.publish`` packages the raw export (``artifact``: inference program and its ONNX
 twin, the embeddings the pass changed read from the checkpoint saves by ``sparse_table``,
-MANIFEST with freshness and checksums, published by rename) and registers it;
+its ``manifest`` with freshness and checksums, published by rename) and registers it;
 ``delivery.deliver`` writes its embeddings to the Redis store when that is the one in use
 (``sparse_store``) and switches the serving pointer (``registry``). ``service`` (``streamrec
 serve``) follows the pointer, rebuilds each version from its lineage and scores events with
@@ -13,6 +13,7 @@ a ``predictor``.
 from streamrec.lazy import lazy_exports
 
 _EXPORTS = {
+    "ArtifactManifest": "serving_export.manifest",
     "ExportInvalid": "serving_export.errors",
     "GateDecision": "serving_export.quality_gate",
     "InProcessStore": "serving_export.sparse_store",

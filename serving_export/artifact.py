@@ -6,8 +6,9 @@
         sparse/keys.npy, sparse/values.npy  sorted feature signs and their embeddings: every
                                           key (a full version) or the keys changed since the
                                           parent version (a delta)
-        MANIFEST.json                     ARTIFACT_VERSION, pass id, metrics, feeds, schema,
-                                          sparse {kind, parent}, freshness, sha256 of every file
+        MANIFEST.json                     serving_export.manifest.ArtifactManifest: pass id,
+                                          metrics, feeds, schema, sparse {kind, parent},
+                                          freshness, sha256 of every file
 
 The embeddings come from the cluster's checkpoint saves named by the export (the model's
 chain: a base or daily save, then deltas). A version is a delta when the previous published
@@ -25,17 +26,24 @@ again finds the published artifact and returns its manifest.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from serving_export.errors import ExportInvalid
+from serving_export.manifest import (
+    ARTIFACT_VERSION,
+    MANIFEST_NAME,
+    ArtifactManifest,
+    ArtifactMetrics,
+    Freshness,
+    SparsePart,
+)
+from serving_export.quality_gate import GateDecision
 from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
 from streaming.feature_signs import SIGN_VERSION
 from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for
@@ -45,8 +53,6 @@ from trainers.export_spec import ExportSpec, read_export_spec
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_VERSION = 2
-MANIFEST_NAME = "MANIFEST.json"
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MODEL_PREFIX = "model"
 ONNX_NAME = "model.onnx"
@@ -65,13 +71,13 @@ def version_dir(model_dir: Path, version: str) -> Path:
     return Path(model_dir) / version
 
 
-def read_published(directory: Path) -> dict[str, Any] | None:
+def read_published(directory: Path) -> ArtifactManifest | None:
     """The manifest of a published artifact directory, None when there is none."""
     path = Path(directory) / MANIFEST_NAME
-    return json.loads(path.read_text()) if path.is_file() else None
+    return ArtifactManifest.parse(path.read_text(), str(path)) if path.is_file() else None
 
 
-def _parent(model_dir: Path, version: str, chain: list[str]) -> dict[str, Any] | None:
+def _parent(model_dir: Path, version: str, chain: tuple[str, ...]) -> ArtifactManifest | None:
     """The newest published version before ``version`` when this chain extends its chain."""
     earlier = sorted(
         (d.name for d in model_dir.iterdir() if d.name < version and not d.name.startswith("."))
@@ -82,29 +88,30 @@ def _parent(model_dir: Path, version: str, chain: list[str]) -> dict[str, Any] |
         manifest = read_published(model_dir / name)
         if manifest is None:
             continue
-        prior = manifest.get("chain", [])
+        prior = manifest.chain
         if len(chain) > len(prior) > 0 and chain[: len(prior)] == prior:
             return manifest
         return None
     return None
 
 
-def _freshness(cfg: PipelineConfig, spec: ExportSpec) -> dict[str, Any]:
+def _freshness(cfg: PipelineConfig, spec: ExportSpec) -> Freshness:
     """When the version's data ended (event time), became a complete pass and was trained;
     ``created_at`` is when it was published, the registry adds when it began serving."""
     pass_manifest = read_manifest(pass_dir(cfg.paths.data_root, spec.pass_id))
     trained_at = spec.trained_at
-    return {
-        "window_end": datetime.fromtimestamp(pass_manifest.window_end_ms / 1000, UTC).isoformat(),
-        "pass_completed_at": pass_manifest.created_at,
-        "trained_at": datetime.fromtimestamp(trained_at, UTC).isoformat() if trained_at else None,
-    }
+    return Freshness(
+        window_end=datetime.fromtimestamp(pass_manifest.window_end_ms / 1000, UTC).isoformat(),
+        pass_completed_at=pass_manifest.created_at,
+        trained_at=datetime.fromtimestamp(trained_at, UTC).isoformat() if trained_at else None,
+    )
 
 
 def package_export(
-    cfg: PipelineConfig, raw_export: Path, metrics: dict[str, Any]
-) -> dict[str, Any]:
-    """Build, verify and publish the artifact of a raw export; its manifest."""
+    cfg: PipelineConfig, raw_export: Path, decision: GateDecision
+) -> ArtifactManifest:
+    """Build, verify and publish the artifact of a raw export that passed the gate with
+    ``decision``; its manifest."""
     raw_export = Path(raw_export)
     spec = read_export_spec(raw_export)
     version = spec.pass_id
@@ -114,9 +121,9 @@ def package_export(
         log.info("artifact %s already published", final)
         return published
 
-    chain = [c.name for c in spec.chain]
+    chain = tuple(c.name for c in spec.chain)
     parent = _parent(final.parent, version, chain)
-    saves = chain[len(parent["chain"]) :] if parent else chain
+    saves = chain[len(parent.chain) :] if parent else chain
     root = Path(spec.checkpoint_root)
     missing = [name for name in saves if not (root / name).is_dir()]
     if missing:
@@ -130,58 +137,59 @@ def package_export(
         shutil.copyfile(
             raw_export / f"{spec.model_prefix}{suffix}", tmp / f"{MODEL_PREFIX}{suffix}"
         )
-    onnx = spec.onnx.model_dump()
-    if spec.onnx.file:  # written by the exporting worker (trainers.onnx_twin)
-        shutil.copyfile(raw_export / spec.onnx.file, tmp / ONNX_NAME)
-        onnx["file"] = ONNX_NAME
+    onnx = spec.onnx
+    if onnx.file:  # written by the exporting worker (trainers.onnx_twin)
+        shutil.copyfile(raw_export / onnx.file, tmp / ONNX_NAME)
+        onnx = onnx.model_copy(update={"file": ONNX_NAME})
     (tmp / "sparse").mkdir()
     np.save(tmp / "sparse" / "keys.npy", table.keys)
     np.save(tmp / "sparse" / "values.npy", table.values)
 
     files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
-    manifest = {
-        "artifact_version": ARTIFACT_VERSION,
-        "model": cfg.model.model,
-        "version": version,
-        "pass_id": spec.pass_id,
-        "created_at": datetime.now(UTC).isoformat(),
-        "metrics": metrics,
-        "slot_feeds": spec.slot_feeds,
-        "dense_feed": spec.dense_feed,
-        "embedding_dim": spec.embedding_dim,
-        "sign_version": SIGN_VERSION,
-        "feature_schema": spec.feature_schema,
-        "sparse": {
-            "kind": "delta" if parent else "full",
-            "parent": parent["version"] if parent else None,
-            "keys": len(table.keys),
-            "table_keys": spec.chain[-1].table_keys,
-        },
-        "chain": chain,
-        "onnx": onnx,
-        "freshness": _freshness(cfg, spec),
-        "files": files,
-    }
-    (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
+    manifest = ArtifactManifest(
+        artifact_version=ARTIFACT_VERSION,
+        model=cfg.model.model,
+        version=version,
+        pass_id=spec.pass_id,
+        created_at=datetime.now(UTC).isoformat(),
+        metrics=ArtifactMetrics(auc=decision.auc, gate=decision),
+        slot_feeds=spec.slot_feeds,
+        dense_feed=spec.dense_feed,
+        embedding_dim=spec.embedding_dim,
+        sign_version=SIGN_VERSION,
+        feature_schema=spec.feature_schema,
+        sparse=SparsePart(
+            kind="delta" if parent else "full",
+            parent=parent.version if parent else None,
+            keys=len(table.keys),
+            table_keys=spec.chain[-1].table_keys,
+        ),
+        chain=chain,
+        onnx=onnx,
+        freshness=_freshness(cfg, spec),
+        files=files,
+    )
+    (tmp / MANIFEST_NAME).write_text(manifest.to_json())
     publish_dir(tmp, final)
+    sparse = manifest.sparse
     log.info(
         "artifact %s published: %s, %d of %d keys",
         final,
-        manifest["sparse"]["kind"] + (f" on {manifest['sparse']['parent']}" if parent else ""),
-        manifest["sparse"]["keys"],
-        manifest["sparse"]["table_keys"],
+        sparse.kind + (f" on {sparse.parent}" if sparse.parent else ""),
+        sparse.keys,
+        sparse.table_keys,
     )
     return manifest
 
 
-def lineage(model_dir: Path, version: str) -> list[dict[str, Any]]:
+def lineage(model_dir: Path, version: str) -> list[ArtifactManifest]:
     """Verified manifests from the full version ``version`` builds on, to ``version``."""
     chain = [verify_artifact(version_dir(model_dir, version))]
-    while chain[-1]["sparse"]["kind"] == "delta":
-        parent = chain[-1]["sparse"]["parent"]
+    while chain[-1].sparse.kind == "delta":
+        parent = chain[-1].sparse.parent
         if not version_dir(model_dir, parent).is_dir():
             raise ExportInvalid(
-                f"version {chain[0]['version']} needs {parent}, which is gone from {model_dir}"
+                f"version {chain[0].version} needs {parent}, which is gone from {model_dir}"
             )
         chain.append(verify_artifact(version_dir(model_dir, parent)))
     return chain[::-1]
@@ -192,8 +200,8 @@ def ancestors(model_dir: Path, version: str) -> list[str]:
     from the published manifests without verifying them; stops where one is gone."""
     found = []
     manifest = read_published(version_dir(model_dir, version))
-    while manifest is not None and manifest.get("sparse", {}).get("kind") == "delta":
-        parent = manifest["sparse"]["parent"]
+    while manifest is not None and manifest.sparse.kind == "delta":
+        parent = manifest.sparse.parent
         found.append(parent)
         manifest = read_published(version_dir(model_dir, parent))
     return found
@@ -207,15 +215,15 @@ def load_sparse(directory: Path) -> SparseEmbeddings:
     )
 
 
-def verify_artifact(directory: Path) -> dict[str, Any]:
+def verify_artifact(directory: Path) -> ArtifactManifest:
     """The manifest of ``directory`` after checking every file against its sha256; a file
     the manifest places outside ``directory`` (``../``, absolute, a symlink out) is refused."""
     manifest_path = Path(directory) / MANIFEST_NAME
     if not manifest_path.is_file():
         raise ExportInvalid(f"{directory}: no {MANIFEST_NAME}")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = ArtifactManifest.parse(manifest_path.read_text(), str(manifest_path))
     root = Path(directory).resolve()
-    for rel, digest in manifest["files"].items():
+    for rel, digest in manifest.files.items():
         path = Path(directory) / rel
         if Path(rel).is_absolute() or not path.resolve().is_relative_to(root):
             raise ExportInvalid(f"{manifest_path}: file {rel!r} is outside the artifact: refused")

@@ -18,6 +18,7 @@ import redis
 
 from serving_export.artifact import package_export
 from serving_export.errors import ExportInvalid, NothingServing
+from serving_export.manifest import ArtifactManifest
 from serving_export.quality_gate import GateDecision, judge
 from serving_export.registry import ModelRegistry
 from serving_export.sparse_store import InProcessStore, RedisStore
@@ -57,11 +58,10 @@ def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
     if stored is not None:
         return stored
     try:
-        serving_metrics = registry_for(cfg).serving().get("metrics") or {}
+        serving_auc: float | None = registry_for(cfg).serving().metrics.auc
     except NothingServing:
-        serving_metrics = {}
-    serving_auc = serving_metrics.get("auc")
-    decision = judge(result, None if serving_auc is None else float(serving_auc), cfg.gate)
+        serving_auc = None
+    decision = judge(result, serving_auc, cfg.gate)
     _record(cfg, result.pass_id, "gate", decision.to_dict())
     log.info(
         "pass %s gate: %s %s",
@@ -82,11 +82,11 @@ def stored_decision(cfg: PipelineConfig, pass_id: str) -> GateDecision:
     return decision
 
 
-def publish(cfg: PipelineConfig, raw_export: str | Path, decision: GateDecision) -> dict[str, Any]:
+def publish(
+    cfg: PipelineConfig, raw_export: str | Path, decision: GateDecision
+) -> ArtifactManifest:
     """Package the raw export as an artifact and register it; its manifest."""
-    manifest = package_export(
-        cfg, Path(raw_export), {"auc": decision.auc, "gate": decision.to_dict()}
-    )
+    manifest = package_export(cfg, Path(raw_export), decision)
     registry_for(cfg).register(manifest)
     return manifest
 

@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 
 from serving_export.artifact import MODEL_PREFIX, ONNX_NAME, verify_artifact, version_dir
+from serving_export.registry import ModelRegistry
 from serving_export.sparse_store import Embeddings, InProcessStore
 from streaming.errors import MalformedEvent
 from streaming.events import scoring_row
 from streaming.feature_signs import SIGN_VERSION, signs_of_values
-from streamrec.config import SchemaConfig, load_config
+from streamrec.config import load_config
 from streamrec.entry import run_command
 from streamrec.errors import ContractError, StreamrecError
 
@@ -92,13 +93,13 @@ class Predictor:
     ) -> None:
         self.directory = Path(directory)
         self.manifest = verify_artifact(self.directory)
-        self.version: str = self.manifest["version"]
-        if self.manifest["sign_version"] != SIGN_VERSION:
+        self.version = self.manifest.version
+        if self.manifest.sign_version != SIGN_VERSION:
             raise StreamrecError(
-                f"artifact hashes features with version {self.manifest['sign_version']}, "
+                f"artifact hashes features with version {self.manifest.sign_version}, "
                 f"this code with {SIGN_VERSION}"
             )
-        self.schema = SchemaConfig.model_validate(self.manifest["feature_schema"])
+        self.schema = self.manifest.feature_schema
         self.embeddings = (
             embeddings
             if embeddings is not None
@@ -111,12 +112,10 @@ class Predictor:
         )
 
     @classmethod
-    def serving(cls, model_root: Path, registry: Any) -> Predictor:
+    def serving(cls, model_root: Path, registry: ModelRegistry) -> Predictor:
         """The predictor of the version the registry marks as serving."""
         manifest = registry.serving()
-        return cls(
-            version_dir(version_dir(Path(model_root), manifest["model"]), manifest["version"])
-        )
+        return cls(version_dir(version_dir(Path(model_root), manifest.model), manifest.version))
 
     def _pooled_feeds(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
         """Each slot's sum-pooled embeddings, from one lookup of every sign of the batch
@@ -133,7 +132,7 @@ class Predictor:
         for slot, lengths in zip(self.schema.sparse, bounds, strict=True):
             stop = start + int(lengths.sum())
             offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            feeds[self.manifest["slot_feeds"][slot.name]] = (
+            feeds[self.manifest.slot_feeds[slot.name]] = (
                 np.add.reduceat(emb[start:stop], offsets, axis=0) if slot.multi else emb[start:stop]
             )
             start = stop
@@ -144,8 +143,8 @@ class Predictor:
         if not rows:
             return np.zeros(0, dtype=np.float32)
         feeds = self._pooled_feeds(rows)
-        if self.manifest["dense_feed"]:
-            feeds[self.manifest["dense_feed"]] = np.array(
+        if self.manifest.dense_feed:
+            feeds[self.manifest.dense_feed] = np.array(
                 [[r[d.name] for d in self.schema.dense] for r in rows], dtype=np.float32
             )
         return self._dense.run(feeds)

@@ -1,6 +1,7 @@
 """The model registry in Redis: versions and the serving pointer.
 
-``promote`` switches the pointer, stamps the version's ``freshness.served_at`` and appends
+Each version's ``serving_export.manifest.ArtifactManifest`` is kept as JSON; ``promote``
+switches the pointer, stamps the version's ``freshness.served_at`` and appends
 to the history in one transaction (redis-py's ``transaction``, WATCH on the pointer), so
 readers see the old version or the new one and concurrent switches cannot interleave. It
 only moves forward (versions are pass ids, so they sort by time): a re-run of an old pass
@@ -19,6 +20,7 @@ from typing import Any
 import redis
 
 from serving_export.errors import NothingServing, RegistryConflict
+from serving_export.manifest import ArtifactManifest
 from streamrec.redis_keys import RedisKeys
 
 
@@ -41,10 +43,10 @@ class ModelRegistry:
         self._keys = keys
         self._model = model
 
-    def register(self, manifest: dict[str, Any]) -> None:
+    def register(self, manifest: ArtifactManifest) -> None:
         """Record a published artifact's manifest under its version."""
         self._r.hset(
-            self._keys.registry_versions(self._model), manifest["version"], json.dumps(manifest)
+            self._keys.registry_versions(self._model), manifest.version, manifest.to_json()
         )
 
     def forget(self, version: str) -> None:
@@ -63,11 +65,13 @@ class ModelRegistry:
     def versions(self) -> list[str]:
         return sorted(self._r.hkeys(self._keys.registry_versions(self._model)))
 
-    def manifest(self, version: str) -> dict[str, Any]:
-        raw = self._r.hget(self._keys.registry_versions(self._model), version)
+    def manifest(self, version: str) -> ArtifactManifest:
+        """The registered manifest of ``version``; NothingServing when there is none."""
+        versions = self._keys.registry_versions(self._model)
+        raw = self._r.hget(versions, version)
         if raw is None:
             raise NothingServing(f"version {version} of {self._model} is not registered")
-        return json.loads(raw)
+        return ArtifactManifest.parse(raw, f"Redis {versions}[{version}]")
 
     def note_replica(self, note: ReplicaNote, ttl_s: float) -> None:
         """A running service says which version it serves; the note expires after
@@ -83,7 +87,7 @@ class ModelRegistry:
     def serving_version(self) -> str | None:
         return self._r.get(self._keys.registry_serving(self._model))
 
-    def serving(self) -> dict[str, Any]:
+    def serving(self) -> ArtifactManifest:
         """Manifest of the serving version."""
         version = self.serving_version()
         if version is None:
@@ -109,11 +113,11 @@ class ModelRegistry:
             previous = pipe.get(pointer)
             if not allowed(previous):
                 return previous, False
-            manifest = json.loads(pipe.hget(versions, version))
-            manifest.setdefault("freshness", {})["served_at"] = datetime.now(UTC).isoformat()
+            manifest = ArtifactManifest.parse(pipe.hget(versions, version), versions)
+            served = manifest.served(datetime.now(UTC).isoformat())
             pipe.multi()
             pipe.set(pointer, version)
-            pipe.hset(versions, version, json.dumps(manifest))
+            pipe.hset(versions, version, served.to_json())
             pipe.lpush(
                 self._keys.registry_history(self._model),
                 json.dumps({"version": version, "previous": previous, "ts": time.time()}),

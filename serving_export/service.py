@@ -45,7 +45,7 @@ import time
 from collections import deque
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import redis
 from fastapi import Depends, FastAPI, Request
@@ -63,6 +63,7 @@ from prometheus_client import (
 from serving_export.admission import AdmissionLimit
 from serving_export.artifact import version_dir
 from serving_export.batcher import ScoreBatcher
+from serving_export.manifest import ArtifactManifest
 from serving_export.predictor import Predictor
 from serving_export.registry import ModelRegistry, ReplicaNote
 from serving_export.sparse_store import InProcessStore, RedisStore
@@ -124,10 +125,9 @@ class ServingMetrics:
         )
 
 
-def window_end(manifest: dict[str, Any]) -> float | None:
-    """Epoch seconds of the event-time end of a version's pass, when it records one."""
-    end = manifest.get("freshness", {}).get("window_end")
-    return datetime.fromisoformat(end).timestamp() if end else None
+def window_end(manifest: ArtifactManifest) -> float:
+    """Epoch seconds of the event-time end of a version's pass."""
+    return datetime.fromisoformat(manifest.freshness.window_end).timestamp()
 
 
 class ServingState:
@@ -202,7 +202,7 @@ class VersionFollower:
                 )
             self._failed = version
             return
-        served_at = self._registry.manifest(version).get("freshness", {}).get("served_at")
+        served_at = self._registry.manifest(version).freshness.served_at
         self._state.swap(predictor, served_at)
         # the loaded version's objects live until the next swap: out of the collector's
         # sight, a full collection does not walk them (measured: 50-150 ms stalls of every
@@ -340,8 +340,7 @@ def create_app(
 
     def age() -> float:
         current = state.current
-        end = window_end(current.manifest) if current else None
-        return time.time() - end if end else float("nan")
+        return time.time() - window_end(current.manifest) if current else float("nan")
 
     metrics.version_age.set_function(age)
 
@@ -424,9 +423,9 @@ def create_app(
                 "version": current.version,
                 "host": socket.gethostname(),
                 "replica": replica,
-                "model": m["model"],
-                "sparse": m["sparse"],
-                "freshness": {**m.get("freshness", {}), "served_at": state.served_at},
+                "model": m.model,
+                "sparse": m.sparse.model_dump(),
+                "freshness": {**m.freshness.model_dump(), "served_at": state.served_at},
                 "loaded_at": state.swaps[-1][2],
                 "age_seconds": age(),
                 "swaps": list(state.swaps),

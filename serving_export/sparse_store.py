@@ -28,6 +28,7 @@ import redis
 
 from serving_export.artifact import lineage, load_sparse
 from serving_export.errors import ServingError
+from serving_export.manifest import ArtifactManifest
 from serving_export.sparse_table import LayeredEmbeddings
 from streamrec.config import RedisConfig
 from streamrec.redis_conn import connect
@@ -62,7 +63,7 @@ class InProcessStore:
         """The table of ``version``, built from the nearest version already in memory."""
         with self._lock:
             chain = lineage(self.model_dir, version)
-            names = [m["version"] for m in chain]
+            names = [m.version for m in chain]
             if self._last is not None and self._last[0] in names:
                 start, table = names.index(self._last[0]) + 1, self._last[1]
             else:
@@ -131,7 +132,7 @@ class RedisStore:
         started = time.perf_counter()
         pushed, keys_written = [], 0
         for manifest in chain:
-            name = manifest["version"]
+            name = manifest.version
             if name in done:
                 continue
             keys_written += self._write_layer(manifest)
@@ -143,8 +144,8 @@ class RedisStore:
             "seconds": round(time.perf_counter() - started, 3),
         }
 
-    def _write_layer(self, manifest: dict[str, Any]) -> int:
-        name = manifest["version"]
+    def _write_layer(self, manifest: ArtifactManifest) -> int:
+        name = manifest.version
         table = load_sparse(self.model_dir / name)
         layer = self._keys.sparse_layer(self._model, name)
         self._r.unlink(layer)
@@ -167,8 +168,8 @@ class RedisStore:
                     pipe.execute()
             pipe.execute()
         summary = {
-            "kind": manifest["sparse"]["kind"],
-            "parent": manifest["sparse"]["parent"],
+            "kind": manifest.sparse.kind,
+            "parent": manifest.sparse.parent,
             "keys": n,
             "dim": int(values.shape[1]),
         }
@@ -180,11 +181,11 @@ class RedisStore:
         """A view of ``version``: every layer of its lineage must be complete."""
         chain = lineage(self.model_dir, version)
         done = self.written()
-        missing = [m["version"] for m in chain if m["version"] not in done]
+        missing = [m.version for m in chain if m.version not in done]
         if missing:
             raise LayerMissing(f"version {version}: Redis lacks the layers of {missing}")
-        layers = [self._keys.sparse_layer(self._model, m["version"]) for m in reversed(chain)]
-        return RedisEmbeddings(self._r, layers, int(chain[-1]["embedding_dim"]))
+        layers = [self._keys.sparse_layer(self._model, m.version) for m in reversed(chain)]
+        return RedisEmbeddings(self._r, layers, chain[-1].embedding_dim)
 
     def drop(self, version: str) -> None:
         """Delete a version's layer (retention: versions no kept version builds on)."""

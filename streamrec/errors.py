@@ -9,6 +9,8 @@ Each stage package subclasses StreamrecError for its own errors; CLIs turn them 
 a one-line message and a non-zero exit code.
 """
 
+from pydantic import ValidationError
+
 
 class StreamrecError(Exception):
     """Root of every error streamrec raises on purpose."""
@@ -32,3 +34,11 @@ class ContractError(StreamrecError):
     """Data on disk or in Redis does not follow its documented contract."""
 
     exit_code = 4
+
+
+def broken_fields(error: ValidationError) -> str:
+    """A pydantic validation error in one line, each field by its dotted path:
+    ``sparse.kind: Input should be 'full' or 'delta'; sign_version: Field required``."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '(the whole)'}: {e['msg']}" for e in error.errors()
+    )

@@ -15,7 +15,10 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from streamrec.config import PipelineConfig, load_config, with_services
+from serving_export.manifest import ARTIFACT_VERSION, ArtifactManifest
+from serving_export.quality_gate import GateDecision
+from streaming.feature_signs import SIGN_VERSION
+from streamrec.config import PipelineConfig, derived, load_config, with_services
 from streamrec.local_services import (
     PORT_RANGE_ENV,
     LocalServices,
@@ -141,11 +144,54 @@ def services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServices
         yield svc
 
 
+ManifestFactory = Callable[..., ArtifactManifest]
+
+
+@pytest.fixture(scope="session")
+def artifact_manifest(shipped_config: PipelineConfig) -> ManifestFactory:
+    """``artifact_manifest("0110", parent="0100", chain=[...], files={...})``: a complete
+    manifest of a version of the shipped model, as packaging writes it, for tests that
+    publish artifacts or register versions by hand."""
+
+    def make(
+        version: str,
+        *,
+        parent: str | None = None,
+        chain: tuple[str, ...] | list[str] = (),
+        files: dict[str, str] | None = None,
+        embedding_dim: int = 1,
+        keys: int = 0,
+        auc: float = 0.7,
+    ) -> ArtifactManifest:
+        now = "2026-01-01T00:00:00+00:00"
+        return ArtifactManifest(
+            artifact_version=ARTIFACT_VERSION,
+            model=shipped_config.model.model,
+            version=version,
+            pass_id=version,
+            created_at=now,
+            metrics={"auc": auc, "gate": GateDecision(True, auc, None)},
+            slot_feeds={s.name: f"{s.name}_pooled" for s in shipped_config.feature_schema.sparse},
+            dense_feed="dense",
+            embedding_dim=embedding_dim,
+            sign_version=SIGN_VERSION,
+            feature_schema=shipped_config.feature_schema,
+            sparse={
+                "kind": "delta" if parent else "full",
+                "parent": parent,
+                "keys": keys,
+                "table_keys": keys,
+            },
+            chain=tuple(chain),
+            onnx={"file": None, "error": "not converted in this test"},
+            freshness={"window_end": now, "pass_completed_at": now, "trained_at": now},
+            files=files or {},
+        )
+
+    return make
+
+
 ConfigFactory = Callable[..., PipelineConfig]
-
-
-def _override(cfg: PipelineConfig, section: str, **values) -> PipelineConfig:
-    return cfg.model_copy(update={section: getattr(cfg, section).model_copy(update=values)})
 
 
 @pytest.fixture(scope="session")
@@ -161,20 +207,20 @@ def make_config(
         suffix = uuid.uuid4().hex[:8]
         root = tmp_path_factory.mktemp(f"pipeline-{suffix}")
         cfg = with_services(shipped_config, services.bootstrap_servers, services.redis_url)
-        cfg = cfg.model_copy(update={"name": f"t{suffix}"})
-        cfg = _override(cfg, "kafka", impressions_topic=f"impressions-{suffix}")
-        cfg = _override(cfg, "join", clicks_topic=f"clicks-{suffix}")
-        cfg = _override(
+        cfg = derived(
             cfg,
-            "paths",
-            data_root=root / "data",
-            checkpoint_root=root / "checkpoints",
-            model_root=root / "models",
-            work_root=root / "run",
+            "the test's config",
+            name=f"t{suffix}",
+            kafka={"impressions_topic": f"impressions-{suffix}"},
+            join={"clicks_topic": f"clicks-{suffix}"},
+            paths={
+                "data_root": str(root / "data"),
+                "checkpoint_root": str(root / "checkpoints"),
+                "model_root": str(root / "models"),
+                "work_root": str(root / "run"),
+            },
         )
-        for section, values in sections.items():
-            cfg = _override(cfg, section, **values)
-        return cfg
+        return derived(cfg, "the test's config", **sections)
 
     return make
 

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamrec.atomic_fs import write_text_atomic
-from streamrec.errors import ContractError
+from streamrec.errors import ContractError, broken_fields
 from trainers.checkpoints import CheckpointInfo
 
 EXPORT_SPEC = "export_spec.json"
@@ -77,4 +77,4 @@ def read_export_spec(raw_export: Path) -> ExportSpec:
     try:
         return ExportSpec.model_validate(raw)
     except ValidationError as e:
-        raise ContractError(f"{path} breaks the export spec: {e}") from None
+        raise ContractError(f"{path} breaks the export spec: {broken_fields(e)}") from None

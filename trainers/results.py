@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from streamrec.errors import ContractError
+from streamrec.errors import ContractError, broken_fields
 from trainers.metrics import PassMetrics
 
 
@@ -51,7 +51,7 @@ class TrainResult(BaseModel):
         except ValidationError as e:
             raise ContractError(
                 f"the cluster's train result for pass {reply.get('pass_id')} breaks its "
-                f"contract (trainers.results.TrainResult): {e}"
+                f"contract (trainers.results.TrainResult): {broken_fields(e)}"
             ) from None
 
     def reply(self) -> dict[str, Any]:

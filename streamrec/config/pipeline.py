@@ -154,20 +154,29 @@ def load_config(path: str | Path) -> PipelineConfig:
         raise ConfigError(_explain(path, e)) from None
 
 
+def _changed(current: Any, value: Any) -> Any:
+    """``value`` over ``current``, as data to validate: a mapping over a section (a model)
+    changes only the keys it names, sub-sections alike; anything else, a mapping over a
+    mapping field included, replaces what was there."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if not (isinstance(value, dict) and isinstance(current, BaseModel)):
+        return value
+    data = current.model_dump(mode="json", by_alias=True)
+    fields = type(current).model_fields
+    for name, new in value.items():
+        field = fields.get(name)
+        key = field.alias if field is not None and field.alias else name
+        data[key] = _changed(getattr(current, name, None), new)  # an unknown key fails below
+    return data
+
+
 def derived(cfg: PipelineConfig, what: str, **sections: Any) -> PipelineConfig:
-    """``cfg`` with whole ``sections`` replaced (a section's model, or a mapping of some of
-    its keys), validated as a loaded config is: pydantic's ``model_copy`` checks nothing, so
-    a derived config would otherwise carry a value its file could not. ``what`` names it
-    in the ConfigError."""
-    data = cfg.model_dump(mode="json", by_alias=True)
-    for name, value in sections.items():
-        key = PipelineConfig.model_fields[name].alias or name
-        if isinstance(value, BaseModel):
-            data[key] = value.model_dump(mode="json", by_alias=True)
-        elif isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
+    """``cfg`` with ``sections`` changed (a section's model replaces it; a mapping changes
+    only the keys it names, in sub-sections too), validated as a loaded config is:
+    pydantic's ``model_copy`` checks nothing, so a derived config would otherwise carry a
+    value its file could not. ``what`` names it in the ConfigError."""
+    data = _changed(cfg, sections)
     try:
         return PipelineConfig.model_validate(data)
     except ValidationError as e:

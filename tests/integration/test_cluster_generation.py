@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streamrec.config import ClusterConfig, dump_config
+from streamrec.config import ClusterConfig, derived, dump_config
 from streamrec.errors import ConfigError
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -66,7 +66,9 @@ def test_every_node_must_see_the_first_nodes_storage(make_config, tmp_path: Path
         assert (Path(getattr(cfg.paths, name)) / MARKER).exists()
     check_shared_storage(r, keys, cfg.paths, "b", ttl_s=60)  # same mount: finds it
 
-    elsewhere = cfg.paths.model_copy(update={"checkpoint_root": tmp_path / "other-mount"})
+    elsewhere = derived(
+        cfg, "node c's config", paths={"checkpoint_root": tmp_path / "other-mount"}
+    ).paths
     with pytest.raises(ConfigError, match=r"paths\.checkpoint_root: .*other-mount on node c"):
         check_shared_storage(r, keys, elsewhere, "c", ttl_s=60, wait_s=1)
 
@@ -82,11 +84,10 @@ def test_streamrec_cluster_on_other_storage_exits_2_naming_the_key(
             ]
         }
     )
-    cfg = make_config()
-    cfg = cfg.model_copy(update={"cluster": cluster})
+    cfg = make_config(cluster=cluster)
     check_shared_storage(connect(cfg.redis), RedisKeys(cfg.name), cfg.paths, "trainer", 60)
-    paths = cfg.paths.model_copy(update={"checkpoint_root": tmp_path / "not-shared"})
-    config = dump_config(cfg.model_copy(update={"paths": paths}), tmp_path / "ps.yaml")
+    ps = derived(cfg, "node ps's config", paths={"checkpoint_root": tmp_path / "not-shared"})
+    config = dump_config(ps, tmp_path / "ps.yaml")
     cli = str(Path(sys.executable).with_name("streamrec"))
     done = subprocess.run(
         [cli, "cluster", "--config", str(config), "--node", "ps"],

@@ -24,12 +24,12 @@ FIRST = "202609010000"
 
 @pytest.mark.parametrize("model", ["wide_deep", "deepfm"])
 def test_model_learns_and_serves_like_the_cluster(make_config, build_passes, model: str):
-    cfg = make_config(join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 12000})
-    # separate progressive metrics: the model as the first pass left it scores the second,
-    # as the exported model does (in_train's would include learning within the pass)
-    runner = cfg.model.runner.model_copy(update={"progressive": "separate"})
-    cfg = cfg.model_copy(
-        update={"model": cfg.model.model_copy(update={"model": model, "runner": runner})}
+    cfg = make_config(
+        join={"mode": "label_in_impression"},
+        synthetic={"events_per_pass": 12000},
+        # separate progressive metrics: the model as the first pass left it scores the
+        # second, as the exported model does (in_train's would include learning in the pass)
+        model={"model": model, "runner": {"progressive": "separate"}},
     )
     batches = build_passes(cfg, FIRST, 2)
     first, second = list(batches)[:2]
@@ -40,7 +40,7 @@ def test_model_learns_and_serves_like_the_cluster(make_config, build_passes, mod
         scored = cluster.client.train(second)
     assert scored["test"]["auc"] > 0.65, scored["test"]
     manifest = delivery.publish(cfg, raw, delivery.evaluate(cfg, trained))
-    predictor = Predictor(Path(cfg.paths.model_root) / model / manifest["version"])
+    predictor = Predictor(Path(cfg.paths.model_root) / model / manifest.version)
     events = batches[second].events
     scores = predictor.score(events)
     labels = np.array([e["label"] for e in events])
@@ -50,6 +50,6 @@ def test_model_learns_and_serves_like_the_cluster(make_config, build_passes, mod
     for name, value in single.items():  # float32 inference on both sides, summed differently
         assert scored["test"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
     # the ONNX twin of the dense program scores the same events on onnxruntime
-    assert manifest["onnx"]["file"] == "model.onnx", manifest["onnx"]
+    assert manifest.onnx.file == "model.onnx", manifest.onnx
     onnx = Predictor(predictor.directory, predictor.embeddings, runtime="onnx")
     np.testing.assert_allclose(onnx.score(events), scores, rtol=0, atol=1e-5)

@@ -29,20 +29,17 @@ def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
 
 
 def _sync_config(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
-    cfg = make_config(
+    # about 12 rounds a pass: the default dense step (0.001, held low against stale async
+    # gradients, docs/DECISIONS.md) learns too little in three; sync rounds have no staleness
+    return make_config(
         join={"mode": "label_in_impression"},
         cluster={"heartbeat_seconds": 0.2},
         paths={"data_root": stream_cfg.paths.data_root},
+        model={
+            "runner": RunnerConfig(sync_mode="sync", batch_size=256),
+            "hyper_parameters": {"optimizer": {"learning_rate": 0.005}},
+        },
     )
-    runner = RunnerConfig(sync_mode="sync", batch_size=256)
-    # about 12 rounds a pass: the default dense step (0.001, held low against stale async
-    # gradients, docs/DECISIONS.md) learns too little in three; sync rounds have no staleness
-    hp = cfg.model.hyper_parameters
-    hp = hp.model_copy(
-        update={"optimizer": hp.optimizer.model_copy(update={"learning_rate": 0.005})}
-    )
-    model = cfg.model.model_copy(update={"runner": runner, "hyper_parameters": hp})
-    return cfg.model_copy(update={"model": model})
 
 
 def _assert_synchronous(cfg: PipelineConfig, pass_id: str, fresh: bool = False) -> dict:

@@ -16,7 +16,7 @@ import pytest
 from streaming.pass_builder import PassBuilder
 from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
 from streaming.topics import ensure_topic
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 
@@ -24,8 +24,7 @@ FIRST, SECOND = "202606010000", "202606010010"
 
 
 def _with_runner(cfg: PipelineConfig, **runner: object) -> PipelineConfig:
-    runner = cfg.model.runner.model_copy(update=runner)
-    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
+    return derived(cfg, f"the config with {runner}", model={"runner": runner})
 
 
 @pytest.mark.parametrize(

@@ -216,7 +216,7 @@ def test_node_healthcheck_reads_the_node_agents_heartbeat(repo: Path, make_confi
     assert kind == "CMD-SHELL" and "--check" in command
     node = {"name": socket.gethostname().lower(), "address": "10.0.0.1", "servers": [1]}
     cluster = ClusterConfig.model_validate({"nodes": [{**node, "workers": [2]}]})
-    cfg = make_config().model_copy(update={"cluster": cluster})
+    cfg = make_config(cluster=cluster)
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     shell = command.replace("$$", "$").replace("/app/configs/pipeline.docker.yaml", str(config))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

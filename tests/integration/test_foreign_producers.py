@@ -23,7 +23,7 @@ from kafka import KafkaConsumer
 from streaming.pass_builder import PassBuilder
 from streaming.producer import make_producer, send_events
 from streaming.topics import ensure_topic
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.passes import (
     complete_passes,
     compose_pass_id,
@@ -178,7 +178,7 @@ def test_every_codec_from_librdkafka_and_ours_lands_in_exactly_one_pass(
             for i in range(20)
         ]
         _send_ours(
-            cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"compression": codec})}),
+            derived(cfg, f"the config with {codec}", kafka={"compression": codec}),
             events,
             runner,
         )

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from streaming.pass_builder import PassBuilder
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.local_services import broker_binary, free_port
 from streamrec.passes import pass_dir, read_manifest
 
@@ -103,10 +103,11 @@ def tls_broker(directory: Path, certs: Certificates) -> Iterator[str]:
 
 def _on_tls(cfg: PipelineConfig, address: str, cafile: Path | None) -> PipelineConfig:
     protocol = "SSL" if cafile is not None else "PLAINTEXT"
-    kafka = cfg.kafka.model_copy(
-        update={"bootstrap_servers": address, "security_protocol": protocol, "ssl_cafile": cafile}
+    return derived(
+        cfg,
+        f"the config on {protocol}",
+        kafka={"bootstrap_servers": address, "security_protocol": protocol, "ssl_cafile": cafile},
     )
-    return cfg.model_copy(update={"kafka": kafka})
 
 
 def _produce(cfg: PipelineConfig, name: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -57,6 +57,7 @@ from streamrec.config import (
     ClusterConfig,
     PipelineConfig,
     ScheduleConfig,
+    derived,
     dump_config,
     load_config,
     with_services,
@@ -122,33 +123,30 @@ def _config(net: Network, root: Path) -> PipelineConfig:
         heartbeat_seconds=1.0,
     )
 
-    def section(name: str, **values: Any) -> dict[str, Any]:
-        return {name: getattr(cfg, name).model_copy(update=values)}
-
     first = window_floor(datetime.now(UTC) - timedelta(minutes=PASSES + 10), 1)
-    return cfg.model_copy(
-        update={
-            "name": "hosts",
-            "cluster": cluster,
-            **section("join", mode="label_in_impression"),
-            **section("passes", pass_minutes=1, allowed_lateness_seconds=5),
-            **section("synthetic", events_per_pass=EVENTS_PER_PASS),
-            **section(
-                "paths",  # one filesystem for every host: the shared storage
-                data_root=root / "data",
-                checkpoint_root=root / "checkpoints",
-                model_root=root / "models",
-                work_root=root / "run",
-            ),
-            **section("serving", sparse_store="redis", host="0.0.0.0", poll_seconds=0.5),
-            "schedule": ScheduleConfig(
-                start=first,
-                poke_seconds=2,
-                retry_delay_seconds=5,
-                max_retry_delay_seconds=20,
-                task_retries=20,
-            ),
-        }
+    return derived(
+        cfg,
+        "the hosts' config",
+        name="hosts",
+        cluster=cluster,
+        join={"mode": "label_in_impression"},
+        passes={"pass_minutes": 1, "allowed_lateness_seconds": 5},
+        synthetic={"events_per_pass": EVENTS_PER_PASS},
+        # one filesystem for every host: the shared storage
+        paths={
+            "data_root": root / "data",
+            "checkpoint_root": root / "checkpoints",
+            "model_root": root / "models",
+            "work_root": root / "run",
+        },
+        serving={"sparse_store": "redis", "host": "0.0.0.0", "poll_seconds": 0.5},
+        schedule=ScheduleConfig(
+            start=first,
+            poke_seconds=2,
+            retry_delay_seconds=5,
+            max_retry_delay_seconds=20,
+            task_retries=20,
+        ),
     )
 
 
@@ -372,13 +370,13 @@ def _until_empty(hosts: dict[str, Host], timeout_s: float = 15) -> dict[str, lis
 
 def _one_host_auc(cfg: PipelineConfig, root: Path, passes: list[str]) -> dict[str, float]:
     """Each pass's progressive AUC from a fresh one-host cluster on the same passes."""
-    one = cfg.model_copy(
-        update={"name": "one-host", "cluster": ClusterConfig(servers=2, workers=2)}
+    one = derived(
+        cfg,
+        "the one-host config",
+        name="one-host",
+        cluster=ClusterConfig(servers=2, workers=2),
+        paths={"checkpoint_root": root / "one-host" / "ck", "work_root": root / "one-host"},
     )
-    paths = one.paths.model_copy(
-        update={"checkpoint_root": root / "one-host" / "ck", "work_root": root / "one-host"}
-    )
-    one = one.model_copy(update={"paths": paths})
     with LocalCluster(one, dump_config(one, root / "one-host" / "pipeline.yaml")) as cluster:
         return {p: cluster.client.train(p)["test"]["auc"] for p in passes}
 

@@ -86,11 +86,13 @@ def stack(make_config) -> Stack:
     # every pass is complete before the first run: with catch-up on, that run would train
     # them all and deliver the newest (test_airflow_scheduler.py checks that); here each
     # run delivers its own pass, as when the DAG keeps up
-    cfg = make_config(synthetic={"events_per_pass": 20000}, schedule={"catchup_passes": 0})
-    # separate progressive metrics: test_predictor_scores_like_the_cluster compares them
-    # with the exported model of the pass before
-    runner = cfg.model.runner.model_copy(update={"progressive": "separate"})
-    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"runner": runner})})
+    cfg = make_config(
+        synthetic={"events_per_pass": 20000},
+        schedule={"catchup_passes": 0},
+        # separate progressive metrics: test_predictor_scores_like_the_cluster compares them
+        # with the exported model of the pass before
+        model={"runner": {"progressive": "separate"}},
+    )
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     assert cfg.join.mode == "click_join"  # the shipped config: labels come from clicks
     for topic in (cfg.kafka.impressions_topic, cfg.join.clicks_topic):

@@ -33,7 +33,8 @@ def test_criteo_rows_replayed_pass_by_pass(make_config, repo: Path) -> None:
         join={"mode": "label_in_impression"},
         synthetic={"events_per_pass": ROWS_PER_PASS},  # the Criteo rows' spacing in time
         passes={"parts_per_pass": 2},
-    ).model_copy(update={"feature_schema": schema})
+        feature_schema=schema,
+    )
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     cli = str(Path(sys.executable).with_name("streamrec"))
     produce = [cli, "produce", "--config", str(resolved)]

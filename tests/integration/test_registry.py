@@ -24,22 +24,26 @@ def registry(services, request) -> ModelRegistry:
     return ModelRegistry(r, RedisKeys(f"reg-{request.node.name}"), "ctr_dnn")
 
 
-def test_promote_moves_forward_only_and_rollback_is_explicit(registry: ModelRegistry) -> None:
+def test_promote_moves_forward_only_and_rollback_is_explicit(
+    registry: ModelRegistry, artifact_manifest
+) -> None:
     with pytest.raises(NothingServing):
         registry.serving()
     for v in ("202601010000", "202601010010"):
-        registry.register({"version": v, "metrics": {"auc": 0.7}})
+        registry.register(artifact_manifest(v, auc=0.7))
     assert registry.promote("202601010010") == (None, True)
     assert registry.promote("202601010000") == ("202601010010", False)
     assert registry.serving_version() == "202601010010"
     assert registry.rollback("202601010000") == ("202601010010", True)
-    assert registry.serving()["version"] == "202601010000"
+    assert registry.serving().version == "202601010000"
 
 
-def test_concurrent_promotions_end_on_the_newest(registry: ModelRegistry) -> None:
+def test_concurrent_promotions_end_on_the_newest(
+    registry: ModelRegistry, artifact_manifest
+) -> None:
     versions = [f"2026010100{m:02d}" for m in range(0, 60, 10)]
     for v in versions:
-        registry.register({"version": v})
+        registry.register(artifact_manifest(v))
     threads = [threading.Thread(target=registry.promote, args=(v,)) for v in versions]
     for t in threads:
         t.start()
@@ -53,7 +57,9 @@ def test_unregistered_version_cannot_serve(registry: ModelRegistry) -> None:
         registry.promote("209901010000")
 
 
-def test_deliver_and_rollback_through_the_cli(make_config, tmp_path: Path) -> None:
+def test_deliver_and_rollback_through_the_cli(
+    make_config, artifact_manifest, tmp_path: Path
+) -> None:
     """`streamrec deliver` moves the pointer forward only; `streamrec rollback` goes back to
     the version before the serving one, or to a named one."""
     cfg = make_config()
@@ -61,7 +67,7 @@ def test_deliver_and_rollback_through_the_cli(make_config, tmp_path: Path) -> No
     registry = registry_for(cfg)
     versions = ["202601010000", "202601010010", "202601010020"]
     for v in versions:
-        registry.register({"version": v})
+        registry.register(artifact_manifest(v))
     cli = str(Path(sys.executable).with_name("streamrec"))
 
     def run(*args: str) -> tuple[int, dict]:

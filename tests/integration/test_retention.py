@@ -27,7 +27,7 @@ FIRST = "202601010000"
 
 
 @pytest.fixture(scope="module")
-def pipeline(make_config, build_passes) -> dict[str, Any]:
+def pipeline(make_config, build_passes, artifact_manifest) -> dict[str, Any]:
     cfg = make_config(
         checkpoints={"keep_bases": 1},
         retention={"artifacts_keep": 1, "slices_days": 1, "passes_days": 7, "redis_days": 30},
@@ -62,9 +62,10 @@ def pipeline(make_config, build_passes) -> dict[str, Any]:
     parents = {passes[3]: passes[2]}  # the newest is a delta on the third: both are kept
     for p in passes:
         (model_dir / p).mkdir(parents=True)
-        sparse = {"kind": "delta" if p in parents else "full", "parent": parents.get(p)}
-        (model_dir / p / "MANIFEST.json").write_text(json.dumps({"version": p, "sparse": sparse}))
-        registry.register({"version": p})
+        manifest = artifact_manifest(p, parent=parents.get(p))
+        (model_dir / p / "MANIFEST.json").write_text(manifest.to_json())
+        registry.register(manifest)
+        sparse = {"kind": manifest.sparse.kind, "parent": manifest.sparse.parent}
         registry.promote(p)
         r.hset(keys.sparse_layers(cfg.model.model), p, json.dumps(sparse))  # Redis store
         r.hset(keys.sparse_layer(cfg.model.model, p), "k", "v")

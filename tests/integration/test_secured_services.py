@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.local_services import free_port
 from streamrec.passes import pass_dir, read_manifest
 from trainers.control_plane import ClusterClient
@@ -70,8 +70,11 @@ def acl_redis(tmp_path: Path) -> Iterator[str]:
 
 def _on(cfg: PipelineConfig, url: str, username: str | None) -> PipelineConfig:
     """``cfg`` pointed at ``url`` as ``username``, its password read from ``ENV``."""
-    redis_cfg = cfg.redis.model_copy(update={"url": url, "username": username, "password_env": ENV})
-    return cfg.model_copy(update={"redis": redis_cfg})
+    return derived(
+        cfg,
+        f"the config as {username}",
+        redis={"url": url, "username": username, "password_env": ENV},
+    )
 
 
 def _secured(cfg: PipelineConfig, url: str, username: str | None) -> Path:

@@ -48,10 +48,11 @@ from hypothesis import strategies as st
 from ops.pass_sequence import run_pass
 from serving_export import delivery
 from serving_export.artifact import verify_artifact
+from serving_export.manifest import ArtifactManifest
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
 from streaming.feature_signs import signs_of_values
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.local_services import free_port
 from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_keys import RedisKeys
@@ -64,6 +65,7 @@ PASSES = [  # 8 windows of 10 minutes
     (datetime(2026, 10, 1) + timedelta(minutes=10 * i)).strftime("%Y%m%d%H%M") for i in range(8)
 ]
 STREAMREC = str(Path(sys.executable).parent / "streamrec")
+TOKEN_ENV = "SR_TEST_SERVING_TOKEN"
 
 
 class Service:
@@ -133,7 +135,7 @@ class Stack:
     services: dict[str, Service] = field(default_factory=dict)
     trained: list[str] = field(default_factory=list)
 
-    def train_and_deliver(self, pass_id: str) -> dict[str, Any]:
+    def train_and_deliver(self, pass_id: str) -> ArtifactManifest:
         """``pass_id`` through the steps the DAG runs (``ops.pass_sequence``); its manifest."""
         done = run_pass(self.cfg, self.cluster.client, pass_id)
         assert done.version == pass_id, done.decision.reasons  # the gate here is open
@@ -204,7 +206,7 @@ def test_services_score_like_the_cluster_full_and_after_three_deltas(stack: Stac
         assert svc.client.post("/predict", json={"events": [{}]}).status_code == 503
 
     first = stack.train_and_deliver(PASSES[0])
-    assert first["sparse"]["kind"] == "full"
+    assert first.sparse.kind == "full"
     events = stack.pass_events(PASSES[0])
     expected = stack.cluster_scores(PASSES[0], events)
     for svc in stack.services.values():
@@ -213,14 +215,13 @@ def test_services_score_like_the_cluster_full_and_after_three_deltas(stack: Stac
         assert versions == {PASSES[0]}
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
-    deltas = [stack.train_and_deliver(pass_id)["sparse"] for pass_id in PASSES[1:4]]
-    assert [d["kind"] for d in deltas] == ["delta"] * 3
+    deltas = [stack.train_and_deliver(pass_id).sparse for pass_id in PASSES[1:4]]
+    assert [d.kind for d in deltas] == ["delta"] * 3
     # a mode-0 base does not reset the keys' delta scores: the first delta after it also
     # carries the keys trained before the base (here, the whole young table); later ones
     # only what their pass touched
-    assert all(d["keys"] < d["table_keys"] for d in deltas[1:]), deltas
-    manifest = {"sparse": deltas[-1]}
-    assert manifest["sparse"]["parent"] == PASSES[2]
+    assert all(d.keys < d.table_keys for d in deltas[1:]), deltas
+    assert deltas[-1].parent == PASSES[2]
     events = stack.pass_events(PASSES[3])
     expected = stack.cluster_scores(PASSES[3], events)
     # started on the delta version: rebuilt from scratch, its dense program on onnxruntime
@@ -562,10 +563,10 @@ def test_a_bearer_token_guards_predictions(stack: Stack, monkeypatch: pytest.Mon
     """With serving.bearer_token_env set, /predict and /version need the token; the probes
     and the metrics stay open for the orchestrator."""
     token = "tok-" + "7" * 32
-    monkeypatch.setenv("SR_TEST_SERVING_TOKEN", token)  # the service process inherits it
-    serving = stack.cfg.serving.model_copy(update={"bearer_token_env": "SR_TEST_SERVING_TOKEN"})
+    monkeypatch.setenv(TOKEN_ENV, token)  # the service process inherits it
+    cfg = derived(stack.cfg, "the token's config", serving={"bearer_token_env": TOKEN_ENV})
     work = Path(stack.cfg.paths.work_root)
-    config = dump_config(stack.cfg.model_copy(update={"serving": serving}), work / "token.yaml")
+    config = dump_config(cfg, work / "token.yaml")
     assert token not in config.read_text()
     version = stack.services["inprocess"].client.get("/readyz").json()["version"]
     svc = Service(config, "inprocess", work / "serve-token.log")
@@ -593,9 +594,11 @@ def test_a_bearer_token_guards_predictions(stack: Stack, monkeypatch: pytest.Mon
 def test_overload_gets_a_fast_503_with_its_reason_and_the_service_recovers(stack: Stack) -> None:
     """Past serving.max_in_flight, /predict answers 503 'overloaded' with Retry-After and
     counts it; the probes answer throughout; once the load goes, every request is served."""
-    serving = stack.cfg.serving.model_copy(update={"max_in_flight": 2, "retry_after_seconds": 3})
+    cfg = derived(
+        stack.cfg, "the bounded config", serving={"max_in_flight": 2, "retry_after_seconds": 3}
+    )
     work = Path(stack.cfg.paths.work_root)
-    config = dump_config(stack.cfg.model_copy(update={"serving": serving}), work / "bound.yaml")
+    config = dump_config(cfg, work / "bound.yaml")
     version = stack.services["inprocess"].client.get("/readyz").json()["version"]
     events = stack.pass_events(stack.trained[-1])[:1000]
     _, expected = stack.services["inprocess"].predict(events)

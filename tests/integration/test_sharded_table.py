@@ -28,9 +28,17 @@ from hosts import Network, can_make_hosts, start_services
 
 from serving_export import delivery
 from serving_export.artifact import artifact_dir, load_sparse
+from serving_export.manifest import ArtifactManifest
 from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
 from streaming.pipe_reader import multislot_text
-from streamrec.config import ClusterConfig, PipelineConfig, dump_config, load_config, with_services
+from streamrec.config import (
+    ClusterConfig,
+    PipelineConfig,
+    derived,
+    dump_config,
+    load_config,
+    with_services,
+)
 from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -54,7 +62,7 @@ class Run:
     cfg: PipelineConfig
     one_server: PipelineConfig
     passes: list[str]
-    versions: dict[str, dict[str, Any]] = field(default_factory=dict)  # pass -> manifest
+    versions: dict[str, ArtifactManifest] = field(default_factory=dict)  # by pass
     cluster_scores: dict[str, np.ndarray] = field(default_factory=dict)
     served_scores: dict[str, np.ndarray] = field(default_factory=dict)
     before_kill: SparseEmbeddings | None = None
@@ -144,35 +152,33 @@ def _config(net: Network, bootstrap: str, redis_url: str, root: Path) -> Pipelin
         heartbeat_seconds=1.0,
     )
 
-    def section(name: str, **values: Any) -> dict[str, Any]:
-        return {name: getattr(cfg, name).model_copy(update=values)}
-
-    return cfg.model_copy(
-        update={
-            "name": "sharded",
-            "cluster": cluster,
-            **section("join", mode="label_in_impression"),
-            **section("synthetic", events_per_pass=4000),
-            **section("checkpoints", base_every_passes=3, keep_bases=5),
-            **section("gate", min_auc=0.0, max_auc_drop=1.0, min_rows=1),
-            **section("serving", sparse_store="redis"),
-            **section(
-                "paths",
-                data_root=root / "data",
-                checkpoint_root=root / "checkpoints",
-                model_root=root / "models",
-                work_root=root / "run",
-            ),
-        }
+    return derived(
+        cfg,
+        "the sharded config",
+        name="sharded",
+        cluster=cluster,
+        join={"mode": "label_in_impression"},
+        synthetic={"events_per_pass": 4000},
+        checkpoints={"base_every_passes": 3, "keep_bases": 5},
+        gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
+        serving={"sparse_store": "redis"},
+        paths={
+            "data_root": root / "data",
+            "checkpoint_root": root / "checkpoints",
+            "model_root": root / "models",
+            "work_root": root / "run",
+        },
     )
 
 
 def _one_server(cfg: PipelineConfig, root: Path) -> PipelineConfig:
-    one = cfg.model_copy(update={"name": "one-server", "cluster": ClusterConfig(servers=1)})
-    paths = one.paths.model_copy(
-        update={"checkpoint_root": root / "one" / "checkpoints", "work_root": root / "one"}
+    return derived(
+        cfg,
+        "the one-server config",
+        name="one-server",
+        cluster=ClusterConfig(servers=1),
+        paths={"checkpoint_root": root / "one" / "checkpoints", "work_root": root / "one"},
     )
-    return one.model_copy(update={"paths": paths})
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +207,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, build_passes) -> Iterator[Run]
                 trained = client.train(pass_id)
                 raw = client.export(pass_id)["raw_export"]
                 manifest = delivery.publish(cfg, raw, delivery.evaluate(cfg, trained))
-                delivery.deliver(cfg, manifest["version"])
+                delivery.deliver(cfg, manifest.version)
                 state.versions[pass_id] = manifest
                 if index in (0, 2):  # a full version, then a delta on top of a delta
                     state.cluster_scores[pass_id] = _cluster_scores(client, cfg, pass_id)
@@ -262,7 +268,7 @@ def test_the_servers_together_hold_the_keys_one_server_holds(run: Run) -> None:
 def test_a_delta_version_holds_exactly_the_keys_its_pass_touched(run: Run) -> None:
     third = run.passes[2]
     manifest = run.versions[third]
-    assert manifest["sparse"]["kind"] == "delta" and manifest["sparse"]["parent"] == run.passes[1]
+    assert manifest.sparse.kind == "delta" and manifest.sparse.parent == run.passes[1]
     keys = load_sparse(artifact_dir(run.cfg, third)).keys
     np.testing.assert_array_equal(np.sort(keys), signs_of_pass(run.cfg, third))
     by_server = server_keys(Path(run.cfg.paths.checkpoint_root) / f"{third}-delta")
@@ -270,7 +276,7 @@ def test_a_delta_version_holds_exactly_the_keys_its_pass_touched(run: Run) -> No
 
 
 def test_full_and_delta_versions_serve_the_clusters_own_scores(run: Run) -> None:
-    kinds = {p: run.versions[p]["sparse"]["kind"] for p in run.cluster_scores}
+    kinds = {p: run.versions[p].sparse.kind for p in run.cluster_scores}
     assert list(kinds.values()) == ["full", "delta"]
     for pass_id, expected in run.cluster_scores.items():
         np.testing.assert_allclose(run.served_scores[pass_id], expected, rtol=0, atol=1e-5)

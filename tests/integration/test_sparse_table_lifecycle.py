@@ -17,6 +17,7 @@ import pytest
 
 from ops import pass_sequence
 from serving_export import delivery
+from serving_export.manifest import ArtifactManifest
 from serving_export.quality_gate import GateDecision
 from serving_export.sparse_store import InProcessStore
 from streamrec.config import PipelineConfig, dump_config
@@ -37,7 +38,7 @@ class Lifecycle:
     cfg: PipelineConfig
     keys_after_pass: list[int]
     maintenance: list[dict]  # the three days' results
-    versions: list[dict]  # with ``publish``: each pass's artifact manifest, as the DAG makes it
+    versions: list[ArtifactManifest]  # with ``publish``: each pass's, as the DAG makes it
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +54,12 @@ def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
 def _run(
     make_config, stream_cfg: PipelineConfig, passes: list[str], publish: bool = False, **table
 ) -> Lifecycle:
-    cfg = make_config(join={"mode": "label_in_impression"}, passes={"pass_minutes": PASS_MINUTES})
-    hp = cfg.model.hyper_parameters
-    sparse = hp.sparse_table.model_copy(update=table)
-    model = cfg.model.model_copy(
-        update={"hyper_parameters": hp.model_copy(update={"sparse_table": sparse})}
+    cfg = make_config(
+        join={"mode": "label_in_impression"},
+        passes={"pass_minutes": PASS_MINUTES},
+        model={"hyper_parameters": {"sparse_table": table}},
+        paths={"data_root": stream_cfg.paths.data_root},
     )
-    paths = cfg.paths.model_copy(update={"data_root": stream_cfg.paths.data_root})
-    cfg = cfg.model_copy(update={"model": model, "paths": paths})
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     keys, maintenance, versions = [], [], []
     with LocalCluster(cfg, resolved) as cluster:
@@ -148,13 +147,13 @@ def test_eviction_bounds_the_table_and_admission_keeps_one_off_keys_out(
     # version is full and the keys the shrink deleted leave the table a consumer holds, even
     # one that had applied the deltas before it
     versions = evicting.versions
-    kinds = [v["sparse"]["kind"] for v in versions]
+    kinds = [v.sparse.kind for v in versions]
     assert kinds == ["full", "delta", "full", "delta", "full", "delta"], kinds
     store = InProcessStore(Path(evicting.cfg.paths.model_root) / evicting.cfg.model.model)
     for before, daily in ((versions[1], versions[2]), (versions[3], versions[4])):
-        held = store.embeddings_for(before["version"])
+        held = store.embeddings_for(before.version)
         held_keys = np.union1d(held.base.keys, held.overlay.keys)
-        after = store.embeddings_for(daily["version"])
+        after = store.embeddings_for(daily.version)
         deleted = np.setdiff1d(held_keys, np.union1d(after.base.keys, after.overlay.keys))
         assert len(deleted) > 0
         assert not after.lookup(deleted).any()

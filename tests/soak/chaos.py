@@ -72,7 +72,14 @@ from streaming.producer import (
     send_messages,
     synthetic_passes,
 )
-from streamrec.config import PipelineConfig, ScheduleConfig, dump_config, load_config, with_services
+from streamrec.config import (
+    PipelineConfig,
+    ScheduleConfig,
+    derived,
+    dump_config,
+    load_config,
+    with_services,
+)
 from streamrec.local_services import free_port, start_broker
 from streamrec.logs import setup_logging
 from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
@@ -269,30 +276,26 @@ def soak_config(broker: str, redis_url: str, root: Path, first: datetime) -> Pip
     ``first`` with short retries, Redis as ``REDIS_USER``."""
     cfg = with_services(load_config(REPO / "configs" / "pipeline.yaml"), broker, redis_url)
 
-    def section(name: str, **values: Any) -> dict[str, Any]:
-        return {name: getattr(cfg, name).model_copy(update=values)}
-
-    return cfg.model_copy(
-        update={
-            "name": "soak",
-            **section("redis", username=REDIS_USER, password_env=REDIS_PASSWORD_ENV),
-            **section("join", mode="label_in_impression"),
-            **section("passes", pass_minutes=1, allowed_lateness_seconds=5),
-            **section(
-                "paths",
-                data_root=root / "data",
-                checkpoint_root=root / "checkpoints",
-                model_root=root / "models",
-                work_root=root / "run",
-            ),
-            "schedule": ScheduleConfig(
-                start=first,
-                poke_seconds=2,
-                retry_delay_seconds=5,
-                max_retry_delay_seconds=30,
-                task_retries=20,
-            ),
-        }
+    return derived(
+        cfg,
+        "the soak's config",
+        name="soak",
+        redis={"username": REDIS_USER, "password_env": REDIS_PASSWORD_ENV},
+        join={"mode": "label_in_impression"},
+        passes={"pass_minutes": 1, "allowed_lateness_seconds": 5},
+        paths={
+            "data_root": root / "data",
+            "checkpoint_root": root / "checkpoints",
+            "model_root": root / "models",
+            "work_root": root / "run",
+        },
+        schedule=ScheduleConfig(
+            start=first,
+            poke_seconds=2,
+            retry_delay_seconds=5,
+            max_retry_delay_seconds=30,
+            task_retries=20,
+        ),
     )
 
 
@@ -652,14 +655,15 @@ class Soak:
 
     def undisturbed(self, passes: list[str]) -> dict[str, float]:
         """Each pass's progressive AUC from a fresh cluster trained on the same passes."""
-        cfg = self.cfg.model_copy(update={"name": "soak-undisturbed"})
-        paths = cfg.paths.model_copy(
-            update={
+        cfg = derived(
+            self.cfg,
+            "the undisturbed cluster's config",
+            name="soak-undisturbed",
+            paths={
                 "checkpoint_root": self.root / "undisturbed" / "checkpoints",
                 "work_root": self.root / "undisturbed" / "run",
-            }
+            },
         )
-        cfg = cfg.model_copy(update={"paths": paths})
         resolved = dump_config(cfg, self.root / "undisturbed" / "pipeline.yaml")
         with LocalCluster(cfg, resolved) as cluster:
             return {p: cluster.client.train(p)["test"]["auc"] for p in passes}

@@ -4,6 +4,7 @@ version from its full ancestor (the in-process store reuses what it built last).
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,12 @@ from streamrec.atomic_fs import sha256_file
 
 
 def _publish(
-    model_dir: Path, version: str, chain: list[str], parent: str | None, table: dict[int, float]
+    manifest_of,
+    model_dir: Path,
+    version: str,
+    chain: list[str],
+    parent: str | None,
+    table: dict[int, float],
 ) -> None:
     d = model_dir / version
     (d / "sparse").mkdir(parents=True)
@@ -27,40 +33,31 @@ def _publish(
         np.array([[table[k]] for k in sorted(table)], dtype=np.float32).reshape(-1, 1),
     )
     files = {f"sparse/{n}": sha256_file(d / "sparse" / n) for n in ("keys.npy", "values.npy")}
-    manifest = {
-        "version": version,
-        "chain": chain,
-        "embedding_dim": 1,
-        "files": files,
-        "sparse": {"kind": "delta" if parent else "full", "parent": parent},
-    }
-    (d / "MANIFEST.json").write_text(json.dumps(manifest))
+    manifest = manifest_of(version, parent=parent, chain=chain, files=files, keys=len(keys))
+    (d / "MANIFEST.json").write_text(manifest.to_json())
 
 
 @pytest.fixture
-def model_dir(tmp_path: Path) -> Path:
+def model_dir(tmp_path: Path, artifact_manifest) -> Path:
     m = tmp_path / "ctr_dnn"
-    _publish(m, "0100", ["0100-base"], None, {1: 1.0, 2: 2.0, 3: 3.0})
-    _publish(m, "0110", ["0100-base", "0110-delta"], "0100", {2: 20.0})
-    _publish(m, "0120", ["0100-base", "0110-delta", "0120-delta"], "0110", {3: 30.0, 4: 40.0})
+    publish = partial(_publish, artifact_manifest, m)
+    publish("0100", ["0100-base"], None, {1: 1.0, 2: 2.0, 3: 3.0})
+    publish("0110", ["0100-base", "0110-delta"], "0100", {2: 20.0})
+    publish("0120", ["0100-base", "0110-delta", "0120-delta"], "0110", {3: 30.0, 4: 40.0})
     return m
 
 
 def test_a_version_builds_on_the_newest_earlier_one_whose_chain_it_extends(model_dir) -> None:
-    assert (
-        _parent(model_dir, "0130", ["0100-base", "0110-delta", "0120-delta", "0130-delta"])[
-            "version"
-        ]
-        == "0120"
-    )
+    chain = ("0100-base", "0110-delta", "0120-delta", "0130-delta")
+    assert _parent(model_dir, "0130", chain).version == "0120"
     # a new base, or a chain from another lineage (a restored older save): full
-    assert _parent(model_dir, "0130", ["0130-base"]) is None
-    assert _parent(model_dir, "0130", ["0100-base", "0125-delta"]) is None
-    assert _parent(model_dir, "0050", ["0050-base"]) is None
+    assert _parent(model_dir, "0130", ("0130-base",)) is None
+    assert _parent(model_dir, "0130", ("0100-base", "0125-delta")) is None
+    assert _parent(model_dir, "0050", ("0050-base",)) is None
 
 
 def test_lineage_runs_from_the_full_version(model_dir: Path) -> None:
-    assert [m["version"] for m in lineage(model_dir, "0120")] == ["0100", "0110", "0120"]
+    assert [m.version for m in lineage(model_dir, "0120")] == ["0100", "0110", "0120"]
     assert ancestors(model_dir, "0120") == ["0110", "0100"]
     assert ancestors(model_dir, "0100") == []
 
@@ -117,3 +114,17 @@ def test_names_and_files_that_escape_the_model_root_are_refused(model_dir: Path)
     for name in ("..", ".hidden", "a/b", "", "0100/../../x"):
         with pytest.raises(ExportInvalid, match="not a plain directory name"):
             InProcessStore(model_dir).embeddings_for(name)
+
+
+def test_a_manifest_that_breaks_its_contract_fails_naming_the_field(model_dir: Path) -> None:
+    """A field missing, renamed or of the wrong type fails where the manifest is read,
+    naming the file and the field, not as a KeyError where a request reads it."""
+    path = model_dir / "0110" / "MANIFEST.json"
+    good = json.loads(path.read_text())
+    renamed = {k: v for k, v in good.items() if k != "sign_version"} | {"sign_ver": 1}
+    wrong = good | {"sparse": {**good["sparse"], "kind": "partial"}}
+    orphan = good | {"sparse": {**good["sparse"], "parent": None}}
+    for broken, field in ((renamed, "sign_version"), (wrong, "sparse.kind"), (orphan, "sparse")):
+        path.write_text(json.dumps(broken))
+        with pytest.raises(ExportInvalid, match=rf"(?s){path}.*{field}"):
+            lineage(model_dir, "0110")

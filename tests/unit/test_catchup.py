@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ops.catchup import CAUGHT_UP_FIELD, CatchUp, caught_up_by, next_in_backlog
 from serving_export.quality_gate import GateDecision
-from streamrec.config import PipelineConfig
+from streamrec.config import PipelineConfig, derived
 from streamrec.passes import pass_dir, slice_dir
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -24,8 +24,7 @@ def _complete(root: Path, pass_id: str) -> None:
 def test_the_backlog_is_taken_in_order_and_stops_at_a_pending_window(
     shipped_config: PipelineConfig, tmp_path: Path
 ) -> None:
-    paths = shipped_config.paths.model_copy(update={"data_root": tmp_path})
-    cfg = shipped_config.model_copy(update={"paths": paths})
+    cfg = derived(shipped_config, "the catch-up's config", paths={"data_root": tmp_path})
     assert cfg.passes.pass_minutes == 10
     for pass_id in ("202601010000", "202601010010", "202601010030", "202601010050"):
         _complete(tmp_path, pass_id)

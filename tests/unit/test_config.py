@@ -199,3 +199,29 @@ def test_a_derived_config_is_validated_as_a_loaded_one(shipped_config) -> None:
         derived(cfg, "the demo's config", passes={"pass_minutes": 7})
     with pytest.raises(ConfigError, match=r"kafka\.bootstrap_servers"):
         with_services(cfg, 9092, "redis://127.0.0.1:6379/0")
+
+
+def test_a_derived_config_changes_only_the_keys_it_names(shipped_config) -> None:
+    """A mapping changes the keys it names, in sub-sections too; a mapping field (the
+    synthetic cardinalities) and a model are replaced whole; an unknown key is an error."""
+    cfg = derived(
+        shipped_config,
+        "a test's config",
+        name="other",
+        model={
+            "runner": {"sync_mode": "sync"},
+            "hyper_parameters": {"optimizer": {"class": "sgd"}},
+        },
+        synthetic={"cardinality": {"user_id": 5}},
+    )
+    model = shipped_config.model
+    assert cfg.name == "other" and cfg.model.runner.sync_mode == "sync"
+    assert cfg.model.runner.batch_size == model.runner.batch_size
+    assert cfg.model.hyper_parameters.optimizer.class_ == "sgd"
+    assert cfg.model.hyper_parameters.optimizer.learning_rate == (
+        model.hyper_parameters.optimizer.learning_rate
+    )
+    assert cfg.synthetic.cardinality == {"user_id": 5}
+    assert derived(cfg, "a test's config", model=model).model == model
+    with pytest.raises(ConfigError, match=r"model\.runner\.sync_mod"):
+        derived(cfg, "a test's config", model={"runner": {"sync_mod": "sync"}})

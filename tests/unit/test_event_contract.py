@@ -25,7 +25,7 @@ from streaming.event_contract import (
     pipeline_schemas,
 )
 from streaming.events import decode_impression_batch, parse_click, parse_event
-from streamrec.config import PipelineConfig
+from streamrec.config import PipelineConfig, derived
 
 MAX_BYTES = 1 << 20
 RECORD_TIME = 1767225600123
@@ -40,11 +40,8 @@ VARIANTS = [  # (join mode, missing_event_time)
 
 
 def _config(shipped: PipelineConfig, mode: str, missing: str) -> PipelineConfig:
-    return shipped.model_copy(
-        update={
-            "join": shipped.join.model_copy(update={"mode": mode}),
-            "kafka": shipped.kafka.model_copy(update={"missing_event_time": missing}),
-        }
+    return derived(
+        shipped, f"{mode}, {missing}", join={"mode": mode}, kafka={"missing_event_time": missing}
     )
 
 

@@ -1,0 +1,101 @@
+"""The artifact's contract: ``MANIFEST.json`` of a published model version.
+
+Written once, when a version is packaged (``serving_export.artifact``); the registry keeps
+a copy per version in Redis and stamps ``freshness.served_at`` on it when the version
+begins serving. Read through ``ArtifactManifest.parse`` only, by the predictor, the
+service's ``/version``, the sparse stores and retention: a field missing, renamed or of
+the wrong type fails there, naming the artifact, instead of as a KeyError in a request.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from serving_export.errors import ExportInvalid
+from serving_export.quality_gate import GateDecision
+from streamrec.config import SchemaConfig
+from streamrec.errors import broken_fields
+from trainers.export_spec import OnnxTwin
+
+ARTIFACT_VERSION = 2
+MANIFEST_NAME = "MANIFEST.json"
+
+
+class _Frozen(BaseModel):
+    # NaN and infinity stay numbers in the JSON (Python's json reads them back)
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+
+class SparsePart(_Frozen):
+    """The version's embeddings in ``sparse/``: every key, or the keys changed since
+    ``parent``."""
+
+    kind: Literal["full", "delta"]
+    parent: str | None  # the version a delta builds on; None for a full version
+    keys: int  # rows in sparse/
+    table_keys: int  # keys of the whole table at this version
+
+    @model_validator(mode="after")
+    def _delta_has_parent(self) -> SparsePart:
+        if (self.kind == "delta") != (self.parent is not None):
+            raise ValueError(f"a {self.kind} version has parent {self.parent!r}")
+        return self
+
+
+class Freshness(_Frozen):
+    """When the version's data ended (event time), became a complete pass, was trained,
+    and (in the registry's copy) began serving; ISO 8601 UTC."""
+
+    window_end: str
+    pass_completed_at: str
+    trained_at: str | None
+    served_at: str | None = None
+
+
+class ArtifactMetrics(_Frozen):
+    """What the quality gate measured and decided for the version."""
+
+    auc: float
+    gate: GateDecision
+
+
+class ArtifactManifest(_Frozen):
+    """One published version: what its program feeds on, its embeddings, its files."""
+
+    artifact_version: int
+    model: str
+    version: str  # the pass id it was trained through
+    pass_id: str
+    created_at: str  # when it was published
+    metrics: ArtifactMetrics
+    slot_feeds: dict[str, str]  # sparse slot -> the program's pooled-embedding feed
+    dense_feed: str | None
+    embedding_dim: int
+    sign_version: int  # streaming.feature_signs.SIGN_VERSION it hashes features with
+    feature_schema: SchemaConfig
+    sparse: SparsePart
+    chain: tuple[str, ...]  # the checkpoint saves it is built from, oldest first
+    onnx: OnnxTwin
+    freshness: Freshness
+    files: dict[str, str]  # path inside the artifact -> sha256
+
+    @classmethod
+    def parse(cls, text: str | bytes, where: str) -> ArtifactManifest:
+        """The manifest in ``text`` (read from ``where``); ExportInvalid naming the field."""
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as e:
+            raise ExportInvalid(
+                f"{where} breaks the artifact manifest: {broken_fields(e)}"
+            ) from None
+
+    def served(self, at: str) -> ArtifactManifest:
+        """This manifest as the registry keeps it once the version serves from ``at``."""
+        return self.model_copy(
+            update={"freshness": self.freshness.model_copy(update={"served_at": at})}
+        )
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2)
