@@ -63,6 +63,7 @@ from streamrec.config import PipelineConfig, SchemaConfig, derived, dump_config
 from streamrec.local_services import local_services
 from streamrec.passes import next_pass_id, pass_dir, read_manifest, window_ms
 from trainers.control_plane import ClusterClient
+from trainers.results import TrainResult
 
 FIRST = "202607010000"
 DATA = REPO / "tests" / "data"
@@ -215,7 +216,7 @@ def _cli(*args: str, timeout: float) -> None:
         raise RuntimeError(f"streamrec {args[0]} exited {done.returncode}: {done.stderr[-2000:]}")
 
 
-def train_on_the_cluster(cfg: PipelineConfig, config: Path, passes: list[str]) -> list[dict]:
+def train_on_the_cluster(cfg: PipelineConfig, config: Path, passes: list[str]) -> list[TrainResult]:
     """``streamrec cluster`` started as an operator does, each pass trained through its
     command queue, then stopped with SIGTERM; the pass results."""
     client = ClusterClient.from_config(cfg)
@@ -245,7 +246,7 @@ class Replay:
 
     sample: Sample
     pass_ids: list[str]
-    results: list[dict]
+    results: list[TrainResult]
     ours: list[PassScore]
     theirs: list[PassScore | None]
 
@@ -266,7 +267,7 @@ class Replay:
             self.pass_ids, self.results, self.ours, self.theirs, strict=True
         ):
             lr_auc, lr_copc = (f"{lr.auc:.4f}", f"{lr.copc:.4f}") if lr else ("-", "-")
-            ctr = r["test"]["actual_ctr"]
+            ctr = r.test.actual_ctr
             lines.append(
                 f"{pass_id:12}  {ctr:5.3f}  {m.auc:6.4f}  {lr_auc:>6}  {m.copc:6.4f}  {lr_copc:>7}"
             )
@@ -300,7 +301,7 @@ def replay(cfg: PipelineConfig, sample: Sample, regression_c: float | None = Non
     if rows != [sample.rows_per_pass] * passes:
         raise RuntimeError(f"passes hold {rows} rows, not {sample.rows_per_pass} each")
     results = train_on_the_cluster(cfg, config, pass_ids)
-    ours = [PassScore(r["test"]["auc"], r["test"]["copc"]) for r in results]
+    ours = [PassScore(r.test.auc, r.test.copc) for r in results]
     return Replay(
         sample, pass_ids, results, ours, regression_scores(sample, table, passes, regression_c)
     )

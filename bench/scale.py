@@ -61,6 +61,7 @@ from streamrec.local_services import local_services
 from streamrec.passes import EventCounts, PartitionRange, next_pass_id, pass_dir, window_ms
 from streamrec.redis_conn import connect
 from trainers.launcher import LocalCluster
+from trainers.results import TrainResult
 
 FIRST = "202601010000"
 MIB = 2**20
@@ -138,12 +139,12 @@ def _timed_start(cfg: PipelineConfig, config: Path) -> tuple[LocalCluster, float
 
 
 def _deliver(
-    cfg: PipelineConfig, cluster: LocalCluster, trained: dict
+    cfg: PipelineConfig, cluster: LocalCluster, trained: TrainResult
 ) -> tuple[ArtifactManifest, float]:
     """Export, package and deliver the pass just trained; its manifest and the seconds."""
     decision = delivery.evaluate(cfg, trained)
     started = time.perf_counter()
-    raw = cluster.client.export(trained["pass_id"])["raw_export"]
+    raw = cluster.client.export(trained.pass_id)["raw_export"]
     manifest = delivery.publish(cfg, raw, decision)
     delivery.deliver(cfg, manifest.version)
     return manifest, time.perf_counter() - started
@@ -156,14 +157,14 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
     r = connect(cfg.redis)
     points, keys, next_id, pass_id = [], 0, 0, FIRST
 
-    def train(first_id: int, n: int) -> dict:
+    def train(first_id: int, n: int) -> TrainResult:
         nonlocal pass_id
         write_pass(cfg, pass_id, first_id, n)
         started = time.perf_counter()
         trained = cluster.client.train(pass_id)
         print(
             f"  pass {pass_id}: {n:,} rows in {time.perf_counter() - started:.1f} s, "
-            f"{trained['checkpoint']['table_keys']:,} keys",
+            f"{trained.checkpoint.table_keys:,} keys",
             flush=True,
         )
         pass_id = next_pass_id(pass_id, cfg.passes.pass_minutes)
@@ -175,7 +176,7 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
                 n = min(rows, math.ceil((size - keys) / 2))
                 trained = train(next_id, n)
                 next_id += n
-                keys = trained["checkpoint"]["table_keys"]
+                keys = trained.checkpoint.table_keys
             server_rss = _rss(cluster.members("PSERVER"))
             # the whole model as a version of its own (a new base since the last size's
             # maintenance): its size on disk and in Redis
@@ -188,7 +189,7 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
             # a pass touching a tenth of the ids again (a fifth of the keys), as a delta
             touched = train(0, max(1, keys // 10))
             delta, delta_s = _deliver(cfg, cluster, touched)
-            maintained = cluster.client.maintain(touched["pass_id"])["seconds"]
+            maintained = cluster.client.maintain(touched.pass_id)["seconds"]
             service = Served(config, "inprocess", "paddle", Path(cfg.paths.work_root) / "serve.log")
             try:
                 serving_rss = _rss([psutil.Process(service.proc.pid)])

@@ -123,9 +123,7 @@ def _train_once(
         start = time.perf_counter()
         result = cluster.client.train(pass_id)
         command = time.perf_counter() - start
-    return ModeRun(
-        label, result["seconds"]["train"], command, result["test"]["auc"], result["seconds"]
-    )
+    return ModeRun(label, result.seconds["train"], command, result.test.auc, result.seconds)
 
 
 def throughput(
@@ -217,7 +215,7 @@ def progressive_error(services, root: Path, rows: int, passes: int) -> list[dict
             full = _full_pass_metrics(cfg, pass_id, cluster.client.score(pass_id)) if i else None
             result = cluster.client.train(pass_id)
             if full is not None:  # a fresh model's first pass says nothing
-                compared.append({"pass": pass_id, "full": full, "sample": result["test"]})
+                compared.append({"pass": pass_id, "full": full, "sample": result.test.to_dict()})
     print(
         f"progressive metrics of {passes - 1} passes of {rows:,} rows: every "
         f"{math.ceil(rows / runner.progressive_rows)}th row (progressive_rows "
@@ -259,7 +257,7 @@ def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[fl
         with LocalCluster(cfg, resolved) as cluster:
             start = _server_memory_mib(cluster, "VmRSS")
             for i, pass_id in enumerate(ids, 1):
-                keys = cluster.client.train(pass_id)["checkpoint"]["table_keys"]
+                keys = cluster.client.train(pass_id).checkpoint.table_keys
                 daily = cluster.client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
                 if daily["maintenance"]:
                     keys = daily["checkpoint"]["table_keys"]

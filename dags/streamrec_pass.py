@@ -146,13 +146,14 @@ def streamrec_pass():
 
     @task
     def train_pass(pass_id: str) -> dict[str, Any]:
-        return _client(_config()).train(pass_id)
+        return _client(_config()).train(pass_id).reply()  # XCom carries JSON
 
     @task
     def evaluate(train_result: dict[str, Any]) -> dict[str, Any]:
         from serving_export.delivery import evaluate
+        from trainers.results import TrainResult
 
-        return evaluate(_config(), train_result).to_dict()
+        return evaluate(_config(), TrainResult.from_reply(train_result)).to_dict()
 
     @task
     def export(pass_id: str, decision: dict[str, Any]) -> str:

@@ -70,19 +70,19 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
             start = time.monotonic()
             _wait_for_pass(cfg, pass_id)
             done = run_pass(cfg, cluster.client, pass_id)
-            trained = done.train
+            trained, save = done.train, done.train.checkpoint
             b = batches[pass_id]
             rows.append(
                 {
                     "pass": pass_id,
-                    "rows": trained["rows"],
-                    "table keys": trained["checkpoint"]["table_keys"],
-                    "save": trained["checkpoint"]["kind"],
-                    "AUC": trained["test"]["auc"],
+                    "rows": trained.rows,
+                    "table keys": save.table_keys if save else "",
+                    "save": save.kind if save else f"in {trained.already_in_model}",
+                    "AUC": trained.test.auc,
                     "best AUC": best_auc(cfg, b),
-                    "train AUC": trained["train"]["auc"],
-                    "logloss": trained["test"]["logloss"],
-                    "COPC": trained["test"]["copc"],
+                    "train AUC": trained.train.auc,
+                    "logloss": trained.test.logloss,
+                    "COPC": trained.test.copc,
                     "gate": "pass" if done.decision.passed else "reject",
                     "delivered": done.version or "",
                     "seconds": time.monotonic() - start,

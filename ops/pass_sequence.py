@@ -24,13 +24,14 @@ from serving_export import delivery
 from serving_export.quality_gate import GateDecision
 from streamrec.config import PipelineConfig
 from trainers.control_plane import ClusterClient
+from trainers.results import TrainResult
 
 
 @dataclass(frozen=True)
 class PassOutcome:
     """What ``run_pass`` did to one pass."""
 
-    train: dict[str, Any]  # the cluster's reply (trainers.results.TrainResult)
+    train: TrainResult
     decision: GateDecision
     version: str | None  # delivered (a newer one may serve on); None: the gate rejected it
     day_end: dict[str, Any]

@@ -13,6 +13,7 @@ end; ``latency`` is training start minus pass completion (the scheduling delay).
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -33,6 +34,9 @@ from streamrec.passes import (
 )
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
+from trainers.results import TrainResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -90,21 +94,23 @@ def _row(
             "unmatched_clicks": c.unmatched_clicks,
             "dead_letters": c.malformed_total,
         }
-    train = status.get("train")
-    if train:
-        test, checkpoint = train.get("test", {}), train.get("checkpoint", {})
-        started = train.get("started_at")
-        fields |= {
-            "trained": True,
-            "auc": test.get("auc"),
-            "logloss": test.get("logloss"),
-            "copc": test.get("copc"),
-            "train_seconds": sum(train.get("seconds", {}).values()) or None,
-            "save_kind": checkpoint.get("kind"),
-            "table_keys": checkpoint.get("table_keys"),
-        }
-        if started and fields.get("completed_at"):
-            fields["latency_seconds"] = started - fields["completed_at"]
+    if "train" in status:
+        fields["trained"] = True
+        try:
+            train = TrainResult.from_reply(status["train"])
+        except ContractError as e:  # one unreadable record must not hide every other pass
+            log.warning("pass %s: its train result is not shown: %s", pass_id, e)
+        else:
+            fields |= {
+                "auc": train.test.auc,
+                "logloss": train.test.logloss,
+                "copc": train.test.copc,
+                "train_seconds": sum(train.seconds.values()) or None,
+                "save_kind": train.checkpoint.kind if train.checkpoint else None,
+                "table_keys": train.checkpoint.table_keys if train.checkpoint else None,
+            }
+            if "completed_at" in fields:
+                fields["latency_seconds"] = train.started_at - fields["completed_at"]
     end = window_ms(pass_id, cfg.passes.pass_minutes)[1] / 1000
     if gate := status.get("gate"):
         fields["gate"] = "pass" if gate["passed"] else "reject"

@@ -50,10 +50,9 @@ def _stored_gate(cfg: PipelineConfig, pass_id: str) -> GateDecision | None:
     return GateDecision(**json.loads(stored)) if stored is not None else None
 
 
-def evaluate(cfg: PipelineConfig, train_result: dict[str, Any]) -> GateDecision:
+def evaluate(cfg: PipelineConfig, result: TrainResult) -> GateDecision:
     """Judge the pass's candidate against the gate and the serving model, once per pass:
     a re-run returns the stored decision instead of judging against a newer serving model."""
-    result = TrainResult.from_reply(train_result)
     stored = _stored_gate(cfg, result.pass_id)
     if stored is not None:
         return stored

@@ -26,6 +26,7 @@ from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from streamrec.waiting import poll_until
 from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
+from trainers.results import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +146,10 @@ class ClusterClient:
         log.info("cluster command %s %s %s submitted", command_id, kind, pass_id)
         return self.wait(command_id, timeout_s)
 
-    def train(self, pass_id: str) -> dict[str, Any]:
-        """Progressive validation then training on ``pass_id``; the pass metrics."""
-        return self.run("train", pass_id)
+    def train(self, pass_id: str) -> TrainResult:
+        """Progressive validation then training on ``pass_id``; what it measured and saved
+        (ContractError when the reply breaks ``TrainResult``)."""
+        return TrainResult.from_reply(self.run("train", pass_id))
 
     def maintain(self, pass_id: str) -> dict[str, Any]:
         """The daily shrink and mode-3 save after ``pass_id``, the last pass of its day."""

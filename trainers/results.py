@@ -17,6 +17,18 @@ from streamrec.errors import ContractError, broken_fields
 from trainers.metrics import PassMetrics
 
 
+class SaveSummary(BaseModel):
+    """What a command's reply says of the save it made: its name, kind, path and keys."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    kind: str  # trainers.checkpoints.CheckpointKind
+    path: str
+    table_keys: int  # keys in the whole table after the save
+    saved_keys: int  # keys this save wrote
+
+
 class TrainResult(BaseModel):
     """What training one pass did and measured."""
 
@@ -39,7 +51,7 @@ class TrainResult(BaseModel):
     started_at: float  # epoch seconds
     trained_at: float
     # the save that made the pass durable; absent in a reply for a pass trained before
-    checkpoint: dict[str, Any] | None = None
+    checkpoint: SaveSummary | None = None
     already_in_model: str | None = None  # a train sent again: the save that holds the pass
     already_done: bool = False  # the same command sent again: its stored result
 

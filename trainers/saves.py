@@ -25,20 +25,21 @@ from trainers.checkpoints import (
     saved_keys,
     write_info,
 )
+from trainers.results import SaveSummary
 from trainers.worker_context import WorkerContext
 
 log = logging.getLogger(__name__)
 
 
-def checkpoint_summary(ctx: WorkerContext, info: CheckpointInfo) -> dict[str, Any]:
-    """What a command's reply says of a save: its name, kind, path and key counts."""
-    return {
-        "name": info.name,
-        "kind": info.kind,
-        "path": str(Path(ctx.cfg.paths.checkpoint_root) / info.name),
-        "table_keys": info.table_keys,
-        "saved_keys": info.saved_keys,
-    }
+def checkpoint_summary(ctx: WorkerContext, info: CheckpointInfo) -> SaveSummary:
+    """What a command's reply says of a save."""
+    return SaveSummary(
+        name=info.name,
+        kind=info.kind,
+        path=str(Path(ctx.cfg.paths.checkpoint_root) / info.name),
+        table_keys=info.table_keys,
+        saved_keys=info.saved_keys,
+    )
 
 
 def save(
@@ -121,7 +122,7 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any
         "pass_id": pass_id,
         "day": pass_id[:8],
         "keys_before": keys_before,
-        "checkpoint": checkpoint_summary(ctx, info),
+        "checkpoint": checkpoint_summary(ctx, info).model_dump(),
         "seconds": seconds,
     }
 

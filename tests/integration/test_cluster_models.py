@@ -38,17 +38,17 @@ def test_model_learns_and_serves_like_the_cluster(make_config, build_passes, mod
         trained = cluster.client.train(first)
         raw = cluster.client.export(first)["raw_export"]
         scored = cluster.client.train(second)
-    assert scored["test"]["auc"] > 0.65, scored["test"]
+    assert scored.test.auc > 0.65, scored.test
     manifest = delivery.publish(cfg, raw, delivery.evaluate(cfg, trained))
     predictor = Predictor(Path(cfg.paths.model_root) / model / manifest.version)
     events = batches[second].events
     scores = predictor.score(events)
     labels = np.array([e["label"] for e in events])
-    assert abs(exact_auc(scores, labels) - scored["test"]["auc"]) < 0.003
+    assert abs(exact_auc(scores, labels) - scored.test.auc) < 0.003
     single = metrics_from_stats(*stats_from_predictions(scores, labels, AUC_BUCKETS)).to_dict()
-    assert single["count"] == scored["test"]["count"]
+    assert single["count"] == scored.test.count
     for name, value in single.items():  # float32 inference on both sides, summed differently
-        assert scored["test"][name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+        assert getattr(scored.test, name) == pytest.approx(value, rel=1e-4, abs=1e-5), name
     # the ONNX twin of the dense program scores the same events on onnxruntime
     assert manifest.onnx.file == "model.onnx", manifest.onnx
     onnx = Predictor(predictor.directory, predictor.embeddings, runtime="onnx")

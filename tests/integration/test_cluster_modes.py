@@ -16,6 +16,7 @@ from streamrec.passes import pass_dir, read_manifest
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
+from trainers.results import TrainResult
 
 pytestmark = pytest.mark.slow
 
@@ -68,10 +69,10 @@ def test_sync_workers_share_rounds_and_dense_weights(stream, make_config) -> Non
         results = [cluster.client.train(p) for p in passes]
     for pass_id, result in zip(passes, results, strict=True):
         rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
-        assert result["test"]["count"] == result["train"]["count"] == rows
-        assert result["sync_mode"] == "sync"
+        assert result.test.count == result.train.count == rows
+        assert result.sync_mode == "sync"
         _assert_synchronous(cfg, pass_id, fresh=pass_id == passes[0])
-    assert results[-1]["test"]["auc"] > 0.6  # it learns
+    assert results[-1].test.auc > 0.6  # it learns
 
 
 def test_sync_restores_after_sigkill_mid_pass(stream, make_config, kill_mid_pass) -> None:
@@ -83,12 +84,12 @@ def test_sync_restores_after_sigkill_mid_pass(stream, make_config, kill_mid_pass
         command_id = cluster.client.submit("train", passes[1])
         # at once: a sync pass of this size trains in well under a second
         assert kill_mid_pass(cluster, command_id, passes[1], "TRAINER", into_training_s=0)
-        second = cluster.client.wait(command_id)
+        second = TrainResult.from_reply(cluster.client.wait(command_id))
         third = cluster.client.train(passes[2])
-    assert not second.get("already_done") and second["checkpoint"]["kind"] == "delta"
+    assert not second.already_done and second.checkpoint.kind == "delta"
     saves = [(i.pass_id, i.kind) for i in list_checkpoints(cfg.paths.checkpoint_root)]
     assert saves == list(zip(passes, ["base", "delta", "delta"], strict=True))
     for pass_id, result in zip(passes[1:], [second, third], strict=True):
         _assert_synchronous(cfg, pass_id)
         rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
-        assert result["test"]["count"] == result["train"]["count"] == rows
+        assert result.test.count == result.train.count == rows

@@ -63,27 +63,25 @@ def test_reader_trains_every_row_once(
     for pass_id, result in zip((FIRST, SECOND), results, strict=True):
         manifest = read_manifest(pass_dir(cfg.paths.data_root, pass_id))
         rows = manifest.rows
-        assert result["reader"] == reader
+        assert result.reader == reader
         # every row trained once and scored once (or every 3rd, the sample), with one reader
         # thread or several
         scored = sum(math.ceil(p.rows / 3) for p in manifest.parts)
-        assert result["train"]["count"] == rows
-        assert result["test"]["count"] == (scored if progressive == "sample" else rows)
-        assert result["count_matches_manifest"]
-        assert result["progressive"] == progressive
-        assert (
-            result["progressive_every"] == {"separate": 1, "sample": 3, "in_train": 0}[progressive]
-        )
+        assert result.train.count == rows
+        assert result.test.count == (scored if progressive == "sample" else rows)
+        assert result.count_matches_manifest
+        assert result.progressive == progressive
+        assert result.progressive_every == {"separate": 1, "sample": 3, "in_train": 0}[progressive]
         if progressive != "in_train":  # an inference run first, with the pass's own figures
-            assert "test" in result["seconds"] and result["test"] != result["train"]
+            assert "test" in result.seconds and result.test != result.train
         else:  # one read: the training run's batch-before-update figures
-            assert "test" not in result["seconds"] and result["test"] == result["train"]
+            assert "test" not in result.seconds and result.test == result.train
         # the intercept refit scored every k-th row of each part, on both readers
-        refit = result["intercept"]
+        refit = result.intercept
         assert refit["every"] == math.ceil(rows / 5000) == 3
         assert refit["rows"] == sum(math.ceil(p.rows / 3) for p in manifest.parts)
         assert math.isfinite(refit["shift"]) and refit["shift"] != 0
-    assert results[1]["test"]["auc"] > 0.6
+    assert results[1].test.auc > 0.6
     assert per_worker[0]["train"] == per_worker[1]["train"]  # one all-reduced view
     # the servers keep the mean of the pass's dense iterates, over every batch of both
     # workers (each reader thread's last batch may be short), and both workers hold it

@@ -22,6 +22,7 @@ from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
+from trainers.results import TrainResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -31,7 +32,7 @@ AUC_TOLERANCE = 0.01
 
 @dataclass
 class Run:
-    results: dict[str, dict]  # pass id -> train result
+    results: dict[str, TrainResult]  # by pass id
     restarted: bool
 
 
@@ -54,16 +55,16 @@ def _fresh(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
 def _run(cfg: PipelineConfig, passes: list[str], kill: Callable[..., bool] | None = None) -> Run:
     """Train passes 1-3 and score 4; ``kill(cluster, command_id, pass_id)`` during pass 2."""
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
-    results: dict[str, dict] = {}
+    results: dict[str, TrainResult] = {}
     restarted = False
     with LocalCluster(cfg, resolved) as cluster:
         for index, pass_id in enumerate(passes[:3]):
             command_id = cluster.client.submit("train", pass_id)
             if kill and index == 1:
                 restarted = kill(cluster, command_id, pass_id)
-            results[pass_id] = cluster.client.wait(command_id)
+            results[pass_id] = TrainResult.from_reply(cluster.client.wait(command_id))
         results[passes[3]] = cluster.client.train(passes[3])
-    print({p: (r["seconds"], r["test"]["auc"]) for p, r in results.items()})
+    print({p: (r.seconds, r.test.auc) for p, r in results.items()})
     return Run(results, restarted)
 
 
@@ -79,7 +80,7 @@ def _assert_trained_once(cfg: PipelineConfig, run: Run, passes: list[str]) -> No
         rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
         status = client.pass_status(pass_id)["train"]
         assert status["test"]["count"] == status["train"]["count"] == rows, pass_id
-        assert not run.results[pass_id].get("already_done"), pass_id
+        assert not run.results[pass_id].already_done, pass_id
 
 
 def _assert_auc_as_uninterrupted(
@@ -89,11 +90,11 @@ def _assert_auc_as_uninterrupted(
     second uninterrupted run's: async training varies by about that much between runs (a
     CI run measured 0.8094, 0.8049 and 0.7990 uninterrupted, 0.7989 and 0.7969 restored),
     so one reference alone can be the outlier."""
-    after = run.results[pass_id]["test"]["auc"]
-    reference = uninterrupted.results[pass_id]["test"]["auc"]
+    after = run.results[pass_id].test.auc
+    reference = uninterrupted.results[pass_id].test.auc
     if abs(after - reference) > AUC_TOLERANCE:  # is it more than run-to-run noise?
         stream_cfg, passes = stream
-        second = _run(_fresh(make_config, stream_cfg), passes).results[pass_id]["test"]["auc"]
+        second = _run(_fresh(make_config, stream_cfg), passes).results[pass_id].test.auc
         assert abs(after - second) <= AUC_TOLERANCE, (after, reference, second)
 
 
@@ -115,12 +116,12 @@ def test_sigkill_mid_pass_restores_and_trains_the_pass_once(
 def test_uninterrupted_run_checkpoints_every_pass(stream, uninterrupted: Run) -> None:
     _, passes = stream
     for pass_id in passes:
-        checkpoint = uninterrupted.results[pass_id]["checkpoint"]
-        assert checkpoint["name"] == f"{pass_id}-{'base' if pass_id == passes[0] else 'delta'}"
-        assert 0 < checkpoint["saved_keys"] <= checkpoint["table_keys"]
-    keys = [uninterrupted.results[p]["checkpoint"]["table_keys"] for p in passes]
+        checkpoint = uninterrupted.results[pass_id].checkpoint
+        assert checkpoint.name == f"{pass_id}-{'base' if pass_id == passes[0] else 'delta'}"
+        assert 0 < checkpoint.saved_keys <= checkpoint.table_keys
+    keys = [uninterrupted.results[p].checkpoint.table_keys for p in passes]
     assert keys == sorted(keys)  # no eviction configured: the table only grows
-    assert uninterrupted.results[passes[3]]["test"]["auc"] > 0.65
+    assert uninterrupted.results[passes[3]].test.auc > 0.65
 
 
 def test_commands_are_idempotent_across_restarts(stream, make_config) -> None:
@@ -133,16 +134,16 @@ def test_commands_are_idempotent_across_restarts(stream, make_config) -> None:
     with LocalCluster(cfg, resolved) as cluster:
         first = cluster.client.train(passes[0])
         again = cluster.client.train(passes[0])
-        assert again["already_done"] and again["test"] == first["test"]
+        assert again.already_done and again.test == first.test
         cluster.restart()
         r = connect(cfg.redis)
         r.delete(RedisKeys(cfg.name).done("train", passes[0]))
         replay = cluster.client.train(passes[0])
-        assert replay["already_done"] and replay["already_in_model"] == f"{passes[0]}-base"
-        assert replay["test"] == first["test"]
+        assert replay.already_done and replay.already_in_model == f"{passes[0]}-base"
+        assert replay.test == first.test
         assert r.exists(RedisKeys(cfg.name).done("train", passes[0]))  # marker rewritten
         second = cluster.client.train(passes[1])
-        assert not second.get("already_done") and second["checkpoint"]["kind"] == "delta"
+        assert not second.already_done and second.checkpoint.kind == "delta"
 
 
 def test_restart_between_passes_restores_base_and_delta(stream, make_config, uninterrupted: Run):
@@ -156,6 +157,6 @@ def test_restart_between_passes_restores_base_and_delta(stream, make_config, uni
             cluster.client.train(pass_id)
         cluster.restart()
         third = cluster.client.train(passes[2])
-    assert third["checkpoint"]["name"] == f"{passes[2]}-delta"
+    assert third.checkpoint.name == f"{passes[2]}-delta"
     restarted = Run({passes[2]: third}, restarted=True)
     _assert_auc_as_uninterrupted(restarted, uninterrupted, passes[2], make_config, stream)

@@ -378,7 +378,7 @@ def _one_host_auc(cfg: PipelineConfig, root: Path, passes: list[str]) -> dict[st
         paths={"checkpoint_root": root / "one-host" / "ck", "work_root": root / "one-host"},
     )
     with LocalCluster(one, dump_config(one, root / "one-host" / "pipeline.yaml")) as cluster:
-        return {p: cluster.client.train(p)["test"]["auc"] for p in passes}
+        return {p: cluster.client.train(p).test.auc for p in passes}
 
 
 def _mean_after_first(passes: list[str], auc: dict[str, float]) -> float:

@@ -33,7 +33,7 @@ def test_progressive_auc_reaches_and_recovers_the_best_reachable(make_config, bu
     passes = list(batches)[:PASSES]
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     with LocalCluster(cfg, resolved) as cluster:
-        auc = [cluster.client.train(p)["test"]["auc"] for p in passes]
+        auc = [cluster.client.train(p).test.auc for p in passes]
     best = [exact_auc(batches[p].probabilities, batches[p].labels) for p in passes]
     ratio = [a / b for a, b in zip(auc, best, strict=True)]
     print("progressive AUC", [round(a, 4) for a in auc], "best", [round(b, 4) for b in best])

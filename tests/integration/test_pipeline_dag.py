@@ -37,6 +37,7 @@ from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import parse_pass_id, pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 from trainers.metrics import exact_auc
+from trainers.results import TrainResult
 
 pytestmark = pytest.mark.slow
 
@@ -230,5 +231,5 @@ def test_rerunning_a_pass_does_not_train_it_again(stack: Stack) -> None:
     assert after["gate"] == before_status["gate"]  # judged once, not against a newer model
     assert delivery.registry_for(stack.cfg).serving_version() == stack.pass_ids[-1]
     again = stack.cluster.client.train(pass_id)
-    assert again["already_done"] is True
-    assert again["test"] == before["test"]
+    assert again.already_done is True
+    assert again.test == TrainResult.from_reply(before).test

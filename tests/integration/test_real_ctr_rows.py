@@ -58,11 +58,11 @@ def test_criteo_rows_replayed_pass_by_pass(make_config, repo: Path) -> None:
 
     with LocalCluster(cfg, resolved) as cluster:
         results = [cluster.client.train(p) for p in passes]
-    tests = [r["test"] for r in results]
-    print("AUC", [round(t["auc"], 4) for t in tests], "COPC", [round(t["copc"], 3) for t in tests])
-    assert all(t["count"] == ROWS_PER_PASS for t in tests)
+    tests = [r.test for r in results]
+    print("AUC", [round(t.auc, 4) for t in tests], "COPC", [round(t.copc, 3) for t in tests])
+    assert all(t.count == ROWS_PER_PASS for t in tests)
     # 21.6% clicks in the sample; each pass's own rate, as the cluster counted it
-    assert all(0.15 < t["actual_ctr"] < 0.3 for t in tests)
+    assert all(0.15 < t.actual_ctr < 0.3 for t in tests)
     # learnt from real rows, each pass scored before training on it: 0.72-0.73 at pass 7
     # over ten runs (0.67-0.70 while dense gradients reached the servers a pass late)
-    assert tests[-1]["auc"] > 0.69
+    assert tests[-1].auc > 0.69

@@ -37,7 +37,7 @@ def test_new_keys_keep_the_model_calibrated_against_a_logistic_regression(make_c
     table = done.table()
     print(table)
 
-    assert all(r["count_matches_manifest"] for r in done.results)
+    assert all(r.count_matches_manifest for r in done.results)
     gaps = done.gaps()
     assert gaps.auc <= AUC_MARGIN, f"AUC below the regression's by more than {AUC_MARGIN}:\n{table}"
     assert gaps.copc <= COPC_MARGIN, (

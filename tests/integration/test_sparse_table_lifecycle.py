@@ -65,9 +65,9 @@ def _run(
     with LocalCluster(cfg, resolved) as cluster:
         for pass_id in passes:
             trained = cluster.client.train(pass_id)
-            keys.append(trained["checkpoint"]["table_keys"])
+            keys.append(trained.checkpoint.table_keys)
             if publish:  # before the day's end, as the DAG's tasks run (any gate passes)
-                passed = GateDecision(True, trained["test"]["auc"], None)
+                passed = GateDecision(True, trained.test.auc, None)
                 version = pass_sequence.publish(cfg, cluster.client, pass_id, passed)
                 versions.append(delivery.registry_for(cfg).manifest(version))
             # the cluster's half of pass_sequence.day_end: retention would delete the

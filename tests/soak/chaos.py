@@ -666,7 +666,7 @@ class Soak:
         )
         resolved = dump_config(cfg, self.root / "undisturbed" / "pipeline.yaml")
         with LocalCluster(cfg, resolved) as cluster:
-            return {p: cluster.client.train(p)["test"]["auc"] for p in passes}
+            return {p: cluster.client.train(p).test.auc for p in passes}
 
 
 def _mean_auc(passes: list[str], auc: dict[str, float]) -> float:
