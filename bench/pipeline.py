@@ -14,6 +14,7 @@ from typing import Any
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_synthetic
 from streamrec.config import (
+    PathConfig,
     PipelineConfig,
     SchemaConfig,
     derived,
@@ -46,12 +47,19 @@ def bench_config(
         join={"mode": "label_in_impression"},
         kafka={"impressions_topic": f"impressions-{name}"},
         synthetic={} if events is None else {"events_per_pass": events, **synthetic},
-        paths={
-            "data_root": root / name / "data",
-            "checkpoint_root": root / name / "checkpoints",
-            "model_root": root / name / "models",
-            "work_root": root / name / "run",
-        },
+        paths=PathConfig.under(root / name),
+    )
+
+
+def delivering_every_pass(cfg: PipelineConfig, base_every_passes: int) -> PipelineConfig:
+    """``cfg`` with the gate open (every pass is a version), the Redis sparse store, and a
+    base save every ``base_every_passes`` (so the versions between are deltas)."""
+    return derived(
+        cfg,
+        f"the {cfg.name} benchmark's delivery",
+        checkpoints={"base_every_passes": base_every_passes},
+        gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
+        serving={"sparse_store": "redis"},
     )
 
 

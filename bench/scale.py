@@ -48,7 +48,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 from machine import hardware_line
-from pipeline import bench_config
+from pipeline import bench_config, delivering_every_pass
 from serving import Served
 
 from ops.charts import Series, YRange, chart_page, line_chart
@@ -56,7 +56,7 @@ from serving_export import delivery
 from serving_export.manifest import ArtifactManifest
 from streaming.events import pass_table_schema
 from streaming.slices import assemble_pass, write_slice
-from streamrec.config import PipelineConfig, derived, dump_config
+from streamrec.config import PipelineConfig, dump_config
 from streamrec.local_services import local_services
 from streamrec.passes import EventCounts, PartitionRange, next_pass_id, pass_dir, window_ms
 from streamrec.redis_conn import connect
@@ -357,13 +357,7 @@ def main() -> int:
         root = Path(tmp)
         with local_services(root / "services") as services:
             cfg = bench_config(services, root, "scale")
-            cfg = derived(
-                cfg,
-                "the scale benchmark's config",
-                checkpoints={"base_every_passes": 10_000},
-                gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
-                serving={"sparse_store": "redis"},
-            )
+            cfg = delivering_every_pass(cfg, base_every_passes=10_000)
             config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
             pass_dir(cfg.paths.data_root, FIRST).parent.mkdir(parents=True, exist_ok=True)
             points = grow(cfg, config, sizes, args.rows_per_pass)

@@ -47,7 +47,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 from machine import hardware_line
-from pipeline import STREAMREC, bench_config, build
+from pipeline import STREAMREC, bench_config, build, delivering_every_pass
 
 from ops import pass_sequence
 from serving_export import delivery
@@ -95,13 +95,7 @@ def _inprocess_swap_s(cfg: PipelineConfig, parent: str, version: str) -> float:
 def train_and_deliver(root: Path, services, big_rows: int, small_rows: int) -> dict[str, Any]:
     heavy = {"cardinality": {"user_id": 50_000_000, "item_id": 50_000_000}, "zipf_a": 1.05}
     cfg = bench_config(services, root, "serving", small_rows, **heavy)
-    cfg = derived(
-        cfg,
-        "the serving benchmark's config",
-        checkpoints={"base_every_passes": 100},
-        gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
-        serving={"sparse_store": "redis"},
-    )
+    cfg = delivering_every_pass(cfg, base_every_passes=100)
     big = derived(cfg, "the big pass's config", synthetic={"events_per_pass": big_rows})
     print(f"building passes: 1 x {big_rows} rows, 2 x {small_rows} rows", flush=True)
     (first,) = build(big, 1, BIG_FIRST)

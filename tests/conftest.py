@@ -18,7 +18,7 @@ from hypothesis import settings
 from serving_export.manifest import ARTIFACT_VERSION, ArtifactManifest
 from serving_export.quality_gate import GateDecision
 from streaming.feature_signs import SIGN_VERSION
-from streamrec.config import PipelineConfig, derived, load_config, with_services
+from streamrec.config import PathConfig, PipelineConfig, derived, load_config, with_services
 from streamrec.local_services import (
     PORT_RANGE_ENV,
     LocalServices,
@@ -213,12 +213,7 @@ def make_config(
             name=f"t{suffix}",
             kafka={"impressions_topic": f"impressions-{suffix}"},
             join={"clicks_topic": f"clicks-{suffix}"},
-            paths={
-                "data_root": str(root / "data"),
-                "checkpoint_root": str(root / "checkpoints"),
-                "model_root": str(root / "models"),
-                "work_root": str(root / "run"),
-            },
+            paths=PathConfig.under(root),
         )
         return derived(cfg, "the test's config", **sections)
 

@@ -18,6 +18,17 @@ class PathConfig(_Strict):
     model_root: Path = Field(description="Root of versioned inference artifacts.")
     work_root: Path = Field(description="Scratch: raw exports, cluster logs, resolved configs.")
 
+    @classmethod
+    def under(cls, root: Path) -> PathConfig:
+        """Every directory under ``root``, laid out as the shipped config lays out var/."""
+        root = Path(root)
+        return cls(
+            data_root=root / "data",
+            checkpoint_root=root / "checkpoints",
+            model_root=root / "models",
+            work_root=root / "run",
+        )
+
 
 _DNS_NAME = re.compile(
     r"(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*"

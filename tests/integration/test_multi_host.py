@@ -55,6 +55,7 @@ from streaming.producer import (
 )
 from streamrec.config import (
     ClusterConfig,
+    PathConfig,
     PipelineConfig,
     ScheduleConfig,
     derived,
@@ -133,12 +134,7 @@ def _config(net: Network, root: Path) -> PipelineConfig:
         passes={"pass_minutes": 1, "allowed_lateness_seconds": 5},
         synthetic={"events_per_pass": EVENTS_PER_PASS},
         # one filesystem for every host: the shared storage
-        paths={
-            "data_root": root / "data",
-            "checkpoint_root": root / "checkpoints",
-            "model_root": root / "models",
-            "work_root": root / "run",
-        },
+        paths=PathConfig.under(root),
         serving={"sparse_store": "redis", "host": "0.0.0.0", "poll_seconds": 0.5},
         schedule=ScheduleConfig(
             start=first,

@@ -33,6 +33,7 @@ from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
 from streaming.pipe_reader import multislot_text
 from streamrec.config import (
     ClusterConfig,
+    PathConfig,
     PipelineConfig,
     derived,
     dump_config,
@@ -162,12 +163,7 @@ def _config(net: Network, bootstrap: str, redis_url: str, root: Path) -> Pipelin
         checkpoints={"base_every_passes": 3, "keep_bases": 5},
         gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
         serving={"sparse_store": "redis"},
-        paths={
-            "data_root": root / "data",
-            "checkpoint_root": root / "checkpoints",
-            "model_root": root / "models",
-            "work_root": root / "run",
-        },
+        paths=PathConfig.under(root),
     )
 
 

@@ -73,6 +73,7 @@ from streaming.producer import (
     synthetic_passes,
 )
 from streamrec.config import (
+    PathConfig,
     PipelineConfig,
     ScheduleConfig,
     derived,
@@ -283,12 +284,7 @@ def soak_config(broker: str, redis_url: str, root: Path, first: datetime) -> Pip
         redis={"username": REDIS_USER, "password_env": REDIS_PASSWORD_ENV},
         join={"mode": "label_in_impression"},
         passes={"pass_minutes": 1, "allowed_lateness_seconds": 5},
-        paths={
-            "data_root": root / "data",
-            "checkpoint_root": root / "checkpoints",
-            "model_root": root / "models",
-            "work_root": root / "run",
-        },
+        paths=PathConfig.under(root),
         schedule=ScheduleConfig(
             start=first,
             poke_seconds=2,
