@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamrec.errors import ContractError, broken_fields
+from trainers.checkpoints import CheckpointKind
 from trainers.metrics import PassMetrics
 
 
@@ -23,7 +24,7 @@ class SaveSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    kind: str  # trainers.checkpoints.CheckpointKind
+    kind: CheckpointKind
     path: str
     table_keys: int  # keys in the whole table after the save
     saved_keys: int  # keys this save wrote
