@@ -67,9 +67,10 @@ class PortTaken(ServiceError):
 
 
 def _wait_until(check, what: str, proc: subprocess.Popen, timeout: float, log_path: Path) -> None:
-    last: list[Exception] = []  # why the service did not answer the last time
+    last: Exception | None = None  # why the service did not answer the last time
 
     def answers() -> bool | None:
+        nonlocal last
         if proc.poll() is not None:
             message = f"{what} exited with code {proc.returncode} at start; see {log_path}"
             in_use = "in use" in log_path.read_text(errors="replace")
@@ -77,13 +78,13 @@ def _wait_until(check, what: str, proc: subprocess.Popen, timeout: float, log_pa
         try:
             check()
         except Exception as e:  # the service is not answering yet
-            last[:] = [e]
+            last = e
             return None
         return True
 
     if poll_until(answers, timeout, 0.1) is None:
         proc.kill()
-        why = last[0] if last else "no answer"
+        why = last or "no answer"
         raise ServiceError(f"{what} did not answer within {timeout:.0f}s ({why}); see {log_path}")
 
 

@@ -104,9 +104,10 @@ class ClusterClient:
 
     def wait(self, command_id: str, timeout_s: float | None = None) -> dict[str, Any]:
         """Block until the command is done; its result. Raises on failure or timeout."""
-        no_worker_since: list[float] = []  # since when no worker has sent a heartbeat
+        no_worker_since: float | None = None  # since when no worker has sent a heartbeat
 
         def result() -> dict[str, Any] | None:
+            nonlocal no_worker_since
             state = self._r.hgetall(self._keys.command(command_id))
             if state.get("status") == "done":
                 return json.loads(state.get("result") or "{}")
@@ -116,11 +117,12 @@ class ClusterClient:
                     f"failed on the cluster: {state.get('error')}"
                 )
             if self.live_workers() or self._restarting():
-                no_worker_since.clear()
+                no_worker_since = None
                 return None
-            no_worker_since[:] = no_worker_since or [time.monotonic()]
+            if no_worker_since is None:
+                no_worker_since = time.monotonic()
             grace = 5 * self._heartbeat + 10
-            if time.monotonic() - no_worker_since[0] > grace:
+            if time.monotonic() - no_worker_since > grace:
                 raise ClusterUnavailable(
                     f"no trainer worker has sent a heartbeat for {grace:.0f}s; "
                     "is the cluster running? (streamrec cluster --config ...)"
