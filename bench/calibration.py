@@ -17,7 +17,11 @@ every earlier window and scored on the same window.
 
 Per run: the per-pass table, then over the sample's scored passes the mean AUC the cluster
 loses to the regression, the mean |COPC - 1| it adds to the regression's, and its worst
-|COPC - 1|. docs/DECISIONS.md has what was measured.
+|COPC - 1|. The first run produces and builds the passes; every later run trains the same
+passes on a fresh cluster, so what differs between runs is the training alone: over the
+runs, the largest per-pass range of AUC and COPC (from pass 2, the first a trained model
+scores), and how each run's last save differs from the first run's, value by value.
+docs/DECISIONS.md has what was measured.
 
     .venv/bin/python bench/calibration.py [--sample criteo_attribution|kdd2012] [--runs 3]
         [--workers 2] [--sync-mode async] [--intercept refit] [--set KEY=VALUE ...]
@@ -30,12 +34,14 @@ suite.
 
 Ends with ``RESULT calibration_auc_gap``, ``calibration_copc_gap`` (means over the runs),
 ``calibration_copc_gap_max`` (the worst run) and ``calibration_copc_worst`` (the worst
-pass's |COPC - 1| over every run).
+pass's |COPC - 1| over every run); with several runs also ``auc_spread_<sample>`` and
+``copc_spread_<sample>`` (``kdd`` or ``criteo``: the largest per-pass range over the runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import signal
 import statistics
@@ -54,7 +60,7 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import yaml
 from machine import hardware_line
-from pipeline import REPO, STREAMREC, bench_config
+from pipeline import REPO, STREAMREC, bench_config, with_settings
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
@@ -97,6 +103,7 @@ class Sample:
     """A real sample: its rows, how many make a window, and which passes are compared."""
 
     name: str
+    short: str  # in RESULT names
     directory: Path
     features: tuple[str, ...]
     rows_per_pass: int
@@ -120,6 +127,7 @@ class Sample:
 SAMPLES = {
     "criteo_attribution": Sample(
         "criteo_attribution",
+        "criteo",
         DATA / "criteo_attribution",
         ("cat1", "cat4", "cat6", "cat8", "cat9"),
         rows_per_pass=10_000,
@@ -129,6 +137,7 @@ SAMPLES = {
     ),
     "kdd2012": Sample(
         "kdd2012",
+        "kdd",
         DATA / "kdd2012_track2",
         (
             "url_hash",
@@ -307,20 +316,115 @@ def replay(cfg: PipelineConfig, sample: Sample, regression_c: float | None = Non
     )
 
 
-def with_settings(cfg: PipelineConfig, settings: list[str]) -> PipelineConfig:
-    """``cfg`` with each ``dotted.key=value`` (the value read as YAML) set, validated again."""
-    for setting in settings:
-        key, _, value = setting.partition("=")
-        section, *path = key.split(".")
-        change = yaml.safe_load(value)
-        for name in reversed(path):
-            change = {name: change}
-        cfg = derived(cfg, f"--set {setting}", **{section: change})
-    return cfg
+def retrain(cfg: PipelineConfig, first: Replay, data_root: Path) -> Replay:
+    """``first``'s passes (under ``data_root``) trained again by a fresh cluster on ``cfg``
+    (its own name, checkpoints and work directory): the same rows in the same windows, so
+    what differs from ``first`` is the training alone. The regression is ``first``'s."""
+    cfg = derived(
+        cfg,
+        f"the {first.sample.name} retraining's config",
+        feature_schema=first.sample.schema(),
+        paths={"data_root": data_root},
+    )
+    config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    results = train_on_the_cluster(cfg, config, first.pass_ids)
+    ours = [PassScore(r.test.auc, r.test.copc) for r in results]
+    return Replay(first.sample, first.pass_ids, results, ours, first.theirs)
 
 
-def one_run(services, root: Path, run: int, sample: Sample, args: argparse.Namespace) -> RunGaps:
-    """One replay on a fresh cluster of the shipped config, as ``args`` varies it."""
+@dataclass(frozen=True)
+class Spread:
+    """Over several replays of one sample, from its second pass on (the first is scored by
+    an untrained model): the largest per-pass range (max - min over the runs) of AUC and of
+    COPC, and the pass each is on."""
+
+    auc: float
+    auc_pass: str
+    copc: float
+    copc_pass: str
+
+
+def spread(replays: list[Replay]) -> Spread:
+    """The per-pass spread of progressive AUC and COPC over ``replays`` of one sample."""
+    pass_ids = replays[0].pass_ids
+    auc = np.array([[s.auc for s in r.ours] for r in replays])[:, 1:]
+    copc = np.array([[s.copc for s in r.ours] for r in replays])[:, 1:]
+    auc_range, copc_range = np.ptp(auc, axis=0), np.ptp(copc, axis=0)
+    return Spread(
+        auc=float(auc_range.max()),
+        auc_pass=pass_ids[1 + int(auc_range.argmax())],
+        copc=float(copc_range.max()),
+        copc_pass=pass_ids[1 + int(copc_range.argmax())],
+    )
+
+
+@dataclass(frozen=True)
+class ModelDifference:
+    """Two saves of the same pass by two runs, value by value (as the servers write them:
+    six significant digits): the first save's sparse keys, keys in one save only, keys
+    whose values differ, the largest absolute difference of a sparse and of a dense value."""
+
+    keys: int
+    keys_only_in_one: int
+    keys_differing: int
+    sparse_max_abs: float
+    dense_max_abs: float
+
+
+def _lines(part: Path) -> list[str]:
+    """The lines of a save's file, gzip or plain text."""
+    opener = gzip.open if part.suffix == ".gz" else open
+    with opener(part, "rt") as f:
+        return f.readlines()
+
+
+def _sparse_values(directory: Path) -> dict[int, np.ndarray]:
+    """Every key of a save's sparse table files and its saved values."""
+    rows: dict[int, np.ndarray] = {}
+    for part in sorted(directory.glob("*/part-*-*")):
+        if part.stat().st_size == 0:
+            continue
+        for line in _lines(part):
+            key, *values = line.split()
+            rows[int(key)] = np.array(values, dtype=np.float64)
+    return rows
+
+
+def _dense_values(directory: Path) -> np.ndarray:
+    """Every value of a save's dense table files, in file order."""
+    values = [
+        np.array(line.split(), dtype=np.float64)
+        for part in sorted(directory.glob("*/part-*.gz"))
+        if part.name.count("-") == 1
+        for line in _lines(part)
+    ]
+    return np.concatenate(values) if values else np.empty(0)
+
+
+def model_difference(a: Path, b: Path) -> ModelDifference:
+    """How the save ``a`` of one run differs from the save ``b`` of the same pass by another."""
+    sa, sb = _sparse_values(a), _sparse_values(b)
+    if not sa or not sb:
+        raise RuntimeError(f"no sparse table in {a if not sa else b}")
+    shared = sa.keys() & sb.keys()
+    diffs = [float(np.max(np.abs(sa[k] - sb[k]))) for k in shared]
+    da, db = _dense_values(a), _dense_values(b)
+    if len(da) != len(db) or not len(da):
+        raise RuntimeError(f"the dense tables of {a} and {b} hold {len(da)} and {len(db)} values")
+    return ModelDifference(
+        keys=len(sa),
+        keys_only_in_one=len(sa.keys() ^ sb.keys()),
+        keys_differing=sum(d > 0 for d in diffs),
+        sparse_max_abs=max(diffs, default=0.0),
+        dense_max_abs=float(np.max(np.abs(da - db))),
+    )
+
+
+def one_run(
+    services, root: Path, run: int, sample: Sample, args: argparse.Namespace, first: Replay | None
+) -> Replay:
+    """One replay on a fresh cluster of the shipped config, as ``args`` varies it; after
+    the ``first``, on its passes (the same rows in the same windows)."""
     cfg = bench_config(services, root, f"calibration{run}")
     cfg = derived(
         cfg,
@@ -329,9 +433,13 @@ def one_run(services, root: Path, run: int, sample: Sample, args: argparse.Names
         cluster={"workers": args.workers},
         model={"runner": {"sync_mode": args.sync_mode, "intercept": args.intercept}},
     )
-    done = replay(with_settings(cfg, args.set), sample, args.regression_c)
+    cfg = with_settings(cfg, args.set)
+    if first is None:
+        done = replay(cfg, sample, args.regression_c)
+    else:
+        done = retrain(cfg, first, root / "calibration1" / "data")
     print(f"\nrun {run}\n{done.table()}", flush=True)
-    return done.gaps()
+    return done
 
 
 def main() -> int:
@@ -355,7 +463,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         with local_services(root / "services") as services:
-            gaps = [one_run(services, root, run, sample, args) for run in range(1, args.runs + 1)]
+            replays: list[Replay] = []
+            for run in range(1, args.runs + 1):
+                first = replays[0] if replays else None
+                replays.append(one_run(services, root, run, sample, args, first))
+        # the last saves, compared while they exist (retention keeps the newest chain only)
+        last = [Path(r.results[-1].checkpoint.path) for r in replays]
+        differences = [model_difference(last[0], other) for other in last[1:]]
+    gaps = [r.gaps() for r in replays]
+    band = max(abs(s.copc - 1) for r in replays for s in r.ours[1:])
     print(
         f"\n{sample.name}: {args.runs} runs, {args.workers} workers, {args.sync_mode}, "
         f"{args.intercept}, {' '.join(args.set) or 'shipped settings'}; the regression's C "
@@ -373,6 +489,22 @@ def main() -> int:
     print(f"RESULT calibration_copc_gap {statistics.mean(g.copc for g in gaps):.4f}")
     print(f"RESULT calibration_copc_gap_max {max(g.copc for g in gaps):.4f}")
     print(f"RESULT calibration_copc_worst {max(g.worst_copc for g in gaps):.4f}")
+    if len(replays) > 1:
+        width = spread(replays)
+        print(
+            f"per-pass spread over {len(replays)} runs (passes 2-{len(replays[0].pass_ids)}): "
+            f"AUC {width.auc:.4f} (pass {width.auc_pass}), COPC {width.copc:.4f} "
+            f"(pass {width.copc_pass}); worst |COPC - 1| from pass 2 on {band:.4f}"
+        )
+        for run, d in enumerate(differences, 2):
+            print(
+                f"the last save ({last[0].name}), run {run} against run 1: "
+                f"{d.keys_only_in_one} keys in one only, {d.keys_differing} of "
+                f"{d.keys} differing, largest difference sparse {d.sparse_max_abs:.3g}, "
+                f"dense {d.dense_max_abs:.3g}"
+            )
+        print(f"RESULT auc_spread_{sample.short} {width.auc:.4f}")
+        print(f"RESULT copc_spread_{sample.short} {width.copc:.4f}")
     return 0
 
 

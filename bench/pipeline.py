@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_synthetic
 from streamrec.config import (
@@ -131,3 +133,15 @@ def fleet_job(
         tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted(logs.glob("*")))
         raise SystemExit(f"{script} failed:\n{tails}")
     return [json.loads(r.read_text()) for r in reports]
+
+
+def with_settings(cfg: PipelineConfig, settings: list[str]) -> PipelineConfig:
+    """``cfg`` with each ``dotted.key=value`` (the value read as YAML) set, validated again."""
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        section, *path = key.split(".")
+        change = yaml.safe_load(value)
+        for name in reversed(path):
+            change = {name: change}
+        cfg = derived(cfg, f"--set {setting}", **{section: change})
+    return cfg
