@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from streaming.pipe_reader import LABEL_VAR, convert_file, text_command
+from streamrec.config import RunnerConfig
 from trainers.instance_dump import point_dump, read_dump
 from trainers.metrics import STAT_NAMES, stats_from_predictions
 from trainers.models import AUC_BUCKETS
@@ -74,24 +75,32 @@ def reader_threads(ctx: WorkerContext, files: list[str]) -> int:
 SCORE_BATCH_SIZE = 1024
 
 
-def _batch_size(ctx: WorkerContext, scoring: bool) -> int:
-    """Rows per batch: training's, or at least ``SCORE_BATCH_SIZE`` for a read that scores."""
-    size = ctx.cfg.model.runner.batch_size
-    return max(SCORE_BATCH_SIZE, size) if scoring else size
+def training_batch_size(runner: RunnerConfig, share: int) -> int:
+    """Rows per training batch for a worker's ``share`` of a pass: enough for
+    ``min_batches_per_pass`` batches, within ``min_batch_size`` and ``batch_size``. A large
+    pass trains in large batches (less per-batch work, fewer pushes); a small one keeps the
+    dense steps it needs to learn (docs/DECISIONS.md, "A steady model")."""
+    wanted = math.ceil(share / runner.min_batches_per_pass)
+    return max(1, min(runner.batch_size, max(runner.min_batch_size, wanted)))
+
+
+def scoring_batch_size(runner: RunnerConfig) -> int:
+    """Rows per batch of a read that only scores: at least ``SCORE_BATCH_SIZE``."""
+    return max(SCORE_BATCH_SIZE, runner.batch_size)
 
 
 def queue_dataset(
-    ctx: WorkerContext, files: list[str], threads: int, every: int = 1, scoring: bool = False
+    ctx: WorkerContext, files: list[str], threads: int, batch: int, every: int = 1
 ) -> Any:
-    """The pass's text files streamed (``every``: every k-th row of each), in training's
-    batches or, ``scoring``, larger ones."""
+    """The pass's text files streamed (``every``: every k-th row of each) in batches of
+    ``batch`` rows."""
     import paddle
 
     dataset = paddle.distributed.QueueDataset()
     dataset.init(
         use_var=ctx.graph.use_vars,
         pipe_command=text_command(every),
-        batch_size=_batch_size(ctx, scoring),
+        batch_size=batch,
         thread_num=threads,
     )
     dataset.set_filelist(files)
@@ -103,11 +112,11 @@ def in_memory_dataset(
     files: list[str],
     threads: int,
     command: str,
+    batch: int,
     ins_id: bool = False,
-    scoring: bool = False,
 ) -> Any:
-    """``files`` loaded into memory through the pipe ``command``; ``ins_id``: each row
-    carries its event id (for dumps); ``scoring``: in scoring's larger batches."""
+    """``files`` loaded into memory through the pipe ``command``, in batches of ``batch``
+    rows; ``ins_id``: each row carries its event id (for dumps)."""
     # paddle.distributed.InMemoryDataset().global_shuffle(fleet) raises AttributeError in
     # 2.6.2; the base DatasetFactory one shuffles across workers (DESIGN.md).
     from paddle.base import DatasetFactory
@@ -116,7 +125,7 @@ def in_memory_dataset(
     dataset.set_use_var(ctx.graph.use_vars)
     dataset.set_pipe_command(command)
     dataset.set_parse_ins_id(ins_id)
-    dataset.set_batch_size(_batch_size(ctx, scoring))
+    dataset.set_batch_size(batch)
     dataset.set_thread(threads)
     dataset.set_filelist(files)
     dataset.load_into_memory()

@@ -47,6 +47,8 @@ from trainers.pass_reads import (
     reader_threads,
     run_read,
     sampled_rows,
+    scoring_batch_size,
+    training_batch_size,
 )
 from trainers.results import TrainResult
 from trainers.saves import checkpoint_summary, save
@@ -56,33 +58,40 @@ log = logging.getLogger(__name__)
 
 
 def _test_then_train(
-    ctx: WorkerContext, files: list[str], threads: int, every: int, seconds: dict[str, float]
+    ctx: WorkerContext,
+    files: list[str],
+    threads: int,
+    every: int,
+    batch: int,
+    seconds: dict[str, float],
 ) -> tuple[Stats | None, Stats]:
     """Progressive validation and training on this worker's files of the pass.
 
     ``every`` > 0 scores every such row of the pass first (the model exactly as the previous
     pass left it: ``progressive`` separate or sample), then trains on the whole pass; 0
     (``in_train``) reads it once and takes the training run's metrics, where each batch is
-    scored before its own update (no separate scores). A sample is its own read: a
+    scored before its own update (no separate scores). Training reads ``batch`` rows a
+    batch, scoring reads larger ones. A sample is its own read: a
     fraction of the pass, where the QueueDataset streams each read and the InMemoryDataset
     would otherwise score every row it loaded."""
     from paddle.distributed import fleet
 
+    scoring = scoring_batch_size(ctx.cfg.model.runner)
     if ctx.cfg.model.runner.reader_type == "QueueDataset":
         test = None
         if every:
             with ctx.stage("test", seconds):
-                sample = queue_dataset(ctx, files, threads, every, scoring=True) if files else None
+                sample = queue_dataset(ctx, files, threads, scoring, every) if files else None
                 test = run_read(ctx, sample, "test", threads)
         with ctx.stage("train", seconds):
             train = run_read(
-                ctx, queue_dataset(ctx, files, threads) if files else None, "train", threads
+                ctx, queue_dataset(ctx, files, threads, batch) if files else None, "train", threads
             )
         return test, train
     test = None
     if every > 1:
         with ctx.stage("test", seconds):
-            sample = in_memory_dataset(ctx, files, threads, text_command(every), scoring=True)
+            sample = in_memory_dataset(ctx, files, threads, text_command(every), scoring)
             try:
                 test = run_read(ctx, sample, "test", threads)
             finally:
@@ -90,7 +99,7 @@ def _test_then_train(
     # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
     # all workers (a collective: every worker takes part, with or without files) and train.
     with ctx.stage("load", seconds):
-        dataset = in_memory_dataset(ctx, files, threads, text_command())
+        dataset = in_memory_dataset(ctx, files, threads, text_command(), batch)
     try:
         if every == 1:
             with ctx.stage("test", seconds):
@@ -112,16 +121,17 @@ def _refit_intercept(
     their clicks (``intercept``); the rows scored, their COPC before, and the shift."""
     runner = ctx.cfg.model.runner
     every = max(1, math.ceil(rows / runner.intercept_rows))
+    scoring = scoring_batch_size(runner)
     with ctx.stage("refit", seconds):
         if runner.reader_type == "QueueDataset":
             pos, neg, sums = run_read(
                 ctx,
-                queue_dataset(ctx, files, threads, every, scoring=True) if files else None,
+                queue_dataset(ctx, files, threads, scoring, every) if files else None,
                 "test",
                 threads,
             )
         else:  # an in-memory run loads its own sample, as the pass's reads load theirs
-            dataset = in_memory_dataset(ctx, files, threads, text_command(every), scoring=True)
+            dataset = in_memory_dataset(ctx, files, threads, text_command(every), scoring)
             try:
                 pos, neg, sums = run_read(ctx, dataset, "test", threads)
             finally:
@@ -147,7 +157,8 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         # changing the thread count between runs of one process aborts Paddle (a CHECK in
         # dist_multi_trainer), so every read of the pass shares ``threads``
         threads = reader_threads(ctx, mine)
-        tested, trained = _test_then_train(ctx, mine, threads, every, seconds)
+        batch = training_batch_size(runner, math.ceil(manifest.rows / ctx.workers))
+        tested, trained = _test_then_train(ctx, mine, threads, every, batch, seconds)
         averaged = intercept = None
         if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's
             with ctx.stage("average", seconds):
@@ -174,6 +185,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         reader=runner.reader_type,
         progressive=runner.progressive,
         progressive_every=every,
+        batch_size=batch,
         sync_mode=runner.sync_mode,
         sync_rounds=ctx.sync.summary() if ctx.sync else None,
         dense_average=averaged,
@@ -206,9 +218,9 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     try:
         if mine:
             command = pipe_command(ctx.cfg.feature_schema, ins_id=True)
-            dataset = in_memory_dataset(
-                ctx, mine, reader_threads(ctx, mine), command, ins_id=True, scoring=True
-            )
+            threads = reader_threads(ctx, mine)
+            batch = scoring_batch_size(ctx.cfg.model.runner)
+            dataset = in_memory_dataset(ctx, mine, threads, command, batch, ins_id=True)
             try:
                 ctx.exe.infer_from_dataset(program=program, dataset=dataset, debug=False)
             finally:

@@ -45,6 +45,7 @@ class TrainResult(BaseModel):
     reader: str
     progressive: str
     progressive_every: int
+    batch_size: int = 0  # rows per training batch of the pass (0: a result from before)
     sync_mode: str
     sync_rounds: dict[str, Any] | None  # sync mode's rounds (trainers.sync_mode)
     dense_average: dict[str, Any] | None  # the averaged iterates (trainers.dense_average)

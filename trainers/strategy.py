@@ -109,6 +109,18 @@ def build_optimizer(model: ModelConfig) -> Any:
     return classes[opt.class_](learning_rate=opt.learning_rate)
 
 
+def seed_programs(seed: int) -> None:
+    """Seed the programs about to be built: every initializer and random op whose own seed
+    is 0 takes the program's ``random_seed``, and ``paddle.seed`` the generator behind the
+    rest. Worker 0 pushes its initial dense values to the servers (``init_worker``), so
+    its seed decides every worker's start."""
+    import paddle
+
+    paddle.seed(seed)
+    paddle.static.default_startup_program().random_seed = seed
+    paddle.static.default_main_program().random_seed = seed
+
+
 def build_distributed_program(cfg: PipelineConfig) -> ModelGraph:
     """Join the fleet in this process's PS role and build the model's program, minimised by
     the distributed optimizer: servers and workers build the same one."""
@@ -117,6 +129,8 @@ def build_distributed_program(cfg: PipelineConfig) -> ModelGraph:
 
     paddle.enable_static()
     fleet.init(is_collective=False)
+    if cfg.model.seed is not None:
+        seed_programs(cfg.model.seed)
     graph = MODELS[cfg.model.model]().build(cfg.feature_schema, cfg.model.hyper_parameters)
     optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg.model))
     optimizer.minimize(graph.loss)

@@ -30,7 +30,14 @@ class SparseTableConfig(_Strict):
         "adagrad", description="Sparse SGD rule on the servers (embed and embedx)."
     )
     learning_rate: float = Field(0.05, gt=0, description="Sparse learning rate.")
-    initial_range: float = Field(0.01, gt=0, description="Uniform init range of new embeddings.")
+    initial_range: float = Field(
+        0.01,
+        ge=0,
+        description="New keys' embedx values are drawn from U(-initial_range, "
+        "initial_range) by an engine Paddle seeds from the clock (embed_w starts at 0); "
+        "0 starts them at zero, the same in every run, but a ctr_dnn without dense "
+        "features then learns nothing (docs/DECISIONS.md, 'A steady model').",
+    )
     embedx_threshold: int = Field(
         0, ge=0, description="Shows before a key gets its embedx part (only 0, at once, runs)."
     )
@@ -100,7 +107,27 @@ class HyperParameters(_Strict):
 class RunnerConfig(_Strict):
     sync_mode: Literal["async", "sync", "geo"] = Field("async", description="PS update mode.")
     thread_num: int = Field(1, ge=1, description="Reader/trainer threads per worker.")
-    batch_size: int = Field(128, ge=1, description="Mini-batch size per thread.")
+    batch_size: int = Field(
+        64,
+        ge=1,
+        description="Rows per training batch per thread, at most: a worker's share of a "
+        "pass smaller than batch_size * min_batches_per_pass trains in smaller batches.",
+    )
+    min_batch_size: int = Field(
+        64,
+        ge=1,
+        description="Rows per training batch per thread, at least (unless batch_size is "
+        "smaller): below it each batch's fixed work and its gradient push cost more than "
+        "the steps buy.",
+    )
+    min_batches_per_pass: int = Field(
+        64,
+        ge=1,
+        description="A worker's share of a pass is cut into at least this many training "
+        "batches while they hold min_batch_size rows: a small pass keeps the dense steps it "
+        "needs to learn, a large one trains in batch_size rows (docs/DECISIONS.md, 'A "
+        "steady model').",
+    )
     reader_type: Literal["QueueDataset", "InMemoryDataset"] = Field(
         "QueueDataset",
         description="QueueDataset streams each pass through the pipe reader; InMemoryDataset "
@@ -172,6 +199,15 @@ class RunnerConfig(_Strict):
 class ModelConfig(_Strict):
     model: Literal["ctr_dnn", "wide_deep", "deepfm"] = Field(
         description="Model name, a key of trainers.models.MODELS."
+    )
+    seed: int | None = Field(
+        2012,
+        ge=1,
+        description="Seed of every random choice Paddle lets a job seed: the dense "
+        "parameters' initial values (worker 0's, which it pushes to the servers) and the "
+        "graph's random ops. null: a different draw each start. The servers' initial "
+        "values of new sparse keys come from an engine Paddle seeds from the clock; "
+        "sparse_table.initial_range 0 makes them zeros (docs/DECISIONS.md).",
     )
     runner: RunnerConfig = RunnerConfig()
     hyper_parameters: HyperParameters

@@ -37,7 +37,9 @@ def _sync_config(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
         cluster={"heartbeat_seconds": 0.2},
         paths={"data_root": stream_cfg.paths.data_root},
         model={
-            "runner": RunnerConfig(sync_mode="sync", batch_size=256),
+            "runner": RunnerConfig(
+                sync_mode="sync", batch_size=256, min_batch_size=256, min_batches_per_pass=1
+            ),
             "hyper_parameters": {"optimizer": {"learning_rate": 0.005}},
         },
     )

@@ -88,5 +88,5 @@ def test_reader_trains_every_row_once(
     averaged = [w["dense_average"] for w in per_worker.values()]
     assert averaged[0] == averaged[1], averaged
     rows = read_manifest(pass_dir(cfg.paths.data_root, SECOND)).rows
-    least = math.ceil(rows / cfg.model.runner.batch_size)
+    least = math.ceil(rows / results[1].batch_size)
     assert least <= averaged[0]["batches"] <= least + 2 * threads, (averaged, least)

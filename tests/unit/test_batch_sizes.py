@@ -1,0 +1,55 @@
+"""Rows per batch: training's follow the worker's share of the pass, scoring's are large
+(pure arithmetic on the runner config)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pydantic import ValidationError
+
+from streamrec.config import ModelConfig, RunnerConfig
+from trainers.pass_reads import SCORE_BATCH_SIZE, scoring_batch_size, training_batch_size
+
+SHIPPED = RunnerConfig(batch_size=512, min_batch_size=64, min_batches_per_pass=64)
+
+
+def test_a_large_share_trains_in_the_largest_batch() -> None:
+    assert training_batch_size(SHIPPED, 100_000) == 512  # the bench's 200,000-row pass
+    assert training_batch_size(SHIPPED, 512 * 64) == 512
+
+
+def test_a_middle_share_is_cut_into_the_batches_asked_for() -> None:
+    for share in (5_000, 10_000, 512 * 63):
+        batch = training_batch_size(SHIPPED, share)
+        assert 64 < batch < 512
+        assert math.ceil(share / batch) >= 64  # never fewer batches than asked for
+        assert batch == math.ceil(share / 64)  # and as large as that allows
+
+
+def test_a_small_share_keeps_the_smallest_batch() -> None:
+    assert training_batch_size(SHIPPED, 2_000) == 64  # the KDD replay's 4,000-row passes
+    assert training_batch_size(SHIPPED, 4_096) == 64
+    assert training_batch_size(SHIPPED, 0) == 64  # a worker without rows still builds a read
+
+
+def test_a_fixed_batch() -> None:
+    runner = RunnerConfig(batch_size=64, min_batch_size=1, min_batches_per_pass=1)
+    assert training_batch_size(runner, 2_000) == 64
+    assert training_batch_size(runner, 10) == 10
+    small = RunnerConfig(batch_size=32, min_batch_size=64)  # the largest batch wins
+    assert training_batch_size(small, 100_000) == 32
+
+
+def test_scoring_reads_large_batches() -> None:
+    assert scoring_batch_size(RunnerConfig(batch_size=64)) == SCORE_BATCH_SIZE
+    assert scoring_batch_size(RunnerConfig(batch_size=8192)) == 8192
+
+
+def test_the_seed_is_positive_or_null() -> None:
+    optimizer = {"class": "adam", "learning_rate": 0.001}
+    model = {"model": "ctr_dnn", "hyper_parameters": {"optimizer": optimizer}}
+    assert ModelConfig.model_validate(model).seed == 2012
+    assert ModelConfig.model_validate({**model, "seed": None}).seed is None
+    with pytest.raises(ValidationError, match="seed"):
+        ModelConfig.model_validate({**model, "seed": 0})  # Paddle reads 0 as "unseeded"
