@@ -196,19 +196,35 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
         assert "superseded" not in client.pass_status(newest)
 
 
+def _report_of_one_state(live: LiveStack, out: Path) -> tuple[str, list[PassRow], dict[str, Any]]:
+    """``streamrec report``'s page, with ``status`` taken before and after it showing the
+    same passes: the stream goes on, and a pass trained while the report was written
+    would count in one and not the other."""
+    for _ in range(5):
+        _, before, _ = _status(live)
+        done = subprocess.run(
+            [CLI, "report", "--config", str(live.config_path), "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        _, rows, serving = _status(live)
+        if _snapshot(before) == _snapshot(rows):
+            return out.read_text(), rows, serving
+    pytest.fail("the passes changed during every one of five reports")
+
+
+def _snapshot(rows: list[PassRow]) -> list[tuple[Any, ...]]:
+    """What the report's point counts follow (not the open window's growing row count)."""
+    return [(r.pass_id, r.trained, r.rows is None, r.freshness_seconds is None) for r in rows]
+
+
 def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:
     """`streamrec report` on the live pipeline: a point per pass that has the figure in each
     plot, and the page drawn in headless Chromium with every plot's axes and no error."""
     out = tmp_path / "report.html"
-    done = subprocess.run(
-        [CLI, "report", "--config", str(live.config_path), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    page = out.read_text()
-    _, rows, serving = _status(live)
+    page, rows, serving = _report_of_one_state(live, out)
     trained = [r for r in rows if r.trained]
     assert serving["version"] and serving["age_seconds"] > 0
     assert page.count('data-series="AUC"') == len(trained)
