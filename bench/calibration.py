@@ -65,11 +65,13 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 
+from serving_export.sparse_table import read_save
 from streamrec.config import PipelineConfig, SchemaConfig, derived, dump_config
 from streamrec.local_services import local_services
 from streamrec.passes import next_pass_id, pass_dir, read_manifest, window_ms
 from trainers.control_plane import ClusterClient
 from trainers.results import TrainResult
+from trainers.strategy import SavedValueLayout, saved_value_layout
 
 FIRST = "202607010000"
 DATA = REPO / "tests" / "data"
@@ -362,7 +364,8 @@ def spread(replays: list[Replay]) -> Spread:
 class ModelDifference:
     """Two saves of the same pass by two runs, value by value (as the servers write them:
     six significant digits): the first save's sparse keys, keys in one save only, keys
-    whose values differ, the largest absolute difference of a sparse and of a dense value."""
+    whose embedding (what a lookup pulls) differs, the largest absolute difference of an
+    embedding value and of a dense value."""
 
     keys: int
     keys_only_in_one: int
@@ -371,51 +374,32 @@ class ModelDifference:
     dense_max_abs: float
 
 
-def _lines(part: Path) -> list[str]:
-    """The lines of a save's file, gzip or plain text."""
-    opener = gzip.open if part.suffix == ".gz" else open
-    with opener(part, "rt") as f:
-        return f.readlines()
-
-
-def _sparse_values(directory: Path) -> dict[int, np.ndarray]:
-    """Every key of a save's sparse table files and its saved values."""
-    rows: dict[int, np.ndarray] = {}
-    for part in sorted(directory.glob("*/part-*-*")):
-        if part.stat().st_size == 0:
-            continue
-        for line in _lines(part):
-            key, *values = line.split()
-            rows[int(key)] = np.array(values, dtype=np.float64)
-    return rows
-
-
 def _dense_values(directory: Path) -> np.ndarray:
-    """Every value of a save's dense table files, in file order."""
-    values = [
-        np.array(line.split(), dtype=np.float64)
-        for part in sorted(directory.glob("*/part-*.gz"))
-        if part.name.count("-") == 1
-        for line in _lines(part)
-    ]
+    """Every value of a save's dense table files (``part-<server>.gz``), in file order."""
+    values = []
+    for part in sorted(directory.glob("*/part-*.gz")):
+        if part.name.count("-") == 1:  # part-<server>-<shard> files are the sparse table's
+            with gzip.open(part, "rt") as f:
+                values += [np.array(line.split(), dtype=np.float64) for line in f]
     return np.concatenate(values) if values else np.empty(0)
 
 
-def model_difference(a: Path, b: Path) -> ModelDifference:
-    """How the save ``a`` of one run differs from the save ``b`` of the same pass by another."""
-    sa, sb = _sparse_values(a), _sparse_values(b)
-    if not sa or not sb:
-        raise RuntimeError(f"no sparse table in {a if not sa else b}")
-    shared = sa.keys() & sb.keys()
-    diffs = [float(np.max(np.abs(sa[k] - sb[k]))) for k in shared]
+def model_difference(a: Path, b: Path, layout: SavedValueLayout) -> ModelDifference:
+    """How the save ``a`` of one run differs from the save ``b`` of the same pass by another
+    (sparse tables read as serving reads them, ``serving_export.sparse_table.read_save``)."""
+    sa, sb = read_save(a, layout.to_dict()), read_save(b, layout.to_dict())
+    if not len(sa.keys) or not len(sb.keys):
+        raise RuntimeError(f"no sparse table in {a if not len(sa.keys) else b}")
+    _, ia, ib = np.intersect1d(sa.keys, sb.keys, assume_unique=True, return_indices=True)
+    diffs = np.abs(sa.values[ia].astype(np.float64) - sb.values[ib]).max(axis=1)
     da, db = _dense_values(a), _dense_values(b)
     if len(da) != len(db) or not len(da):
         raise RuntimeError(f"the dense tables of {a} and {b} hold {len(da)} and {len(db)} values")
     return ModelDifference(
-        keys=len(sa),
-        keys_only_in_one=len(sa.keys() ^ sb.keys()),
-        keys_differing=sum(d > 0 for d in diffs),
-        sparse_max_abs=max(diffs, default=0.0),
+        keys=len(sa.keys),
+        keys_only_in_one=len(np.setxor1d(sa.keys, sb.keys, assume_unique=True)),
+        keys_differing=int((diffs > 0).sum()),
+        sparse_max_abs=float(diffs.max(initial=0.0)),
         dense_max_abs=float(np.max(np.abs(da - db))),
     )
 
@@ -469,7 +453,10 @@ def main() -> int:
                 replays.append(one_run(services, root, run, sample, args, first))
         # the last saves, compared while they exist (retention keeps the newest chain only)
         last = [Path(r.results[-1].checkpoint.path) for r in replays]
-        differences = [model_difference(last[0], other) for other in last[1:]]
+        layout = saved_value_layout(
+            with_settings(bench_config(services, root, "layout"), args.set).model
+        )
+        differences = [model_difference(last[0], other, layout) for other in last[1:]]
     gaps = [r.gaps() for r in replays]
     band = max(abs(s.copc - 1) for r in replays for s in r.ours[1:])
     print(
