@@ -18,10 +18,12 @@ the servers' memory with and without eviction.
 
     .venv/bin/python bench/train.py [--rows 200000] [--threads 1] [--error-passes 6]
                                     [--memory-passes 20] [--memory-events 100000]
-                                    [--set KEY=VALUE ...]
+                                    [--set KEY=VALUE ...] [--shipped-only]
 
 ``--set`` changes a config key of the timed pass's runs, on both sides (for example
-``model.runner.batch_size=64``).
+``model.runner.batch_size=64``). ``--shipped-only`` times the shipped mode and the reference
+alone (no other modes, no GEO pair): a sweep's run in minutes, with the first three
+RESULT lines only.
 
 Ends with ``RESULT train_ratio`` (training phase, default mode, rows/s ours / reference),
 ``train_command_ratio`` (the whole command in the shipped mode, against the reference's
@@ -133,17 +135,23 @@ def _train_once(
 
 
 def throughput(
-    services, root: Path, rows: int, threads: int, settings: list[str]
+    services,
+    root: Path,
+    rows: int,
+    threads: int,
+    settings: list[str],
+    modes: list[tuple[str, dict]],
 ) -> tuple[list[ModeRun], float, dict[str, float]]:
-    """Every mode's run on the same pass, and the reference's training seconds on it
-    (``settings``: config keys changed on both sides, ``KEY=VALUE``)."""
+    """Each of ``modes``' runs on the same pass, and the reference's training seconds on it
+    (``settings``: config keys changed on both sides, ``KEY=VALUE``); the GEO pair only
+    when every mode runs."""
     cfg = bench_config(services, root, "throughput", rows)
     cfg = derived(cfg, "the throughput config", model={"runner": {"thread_num": threads}})
     cfg = with_settings(cfg, settings)
     first = build(cfg, 1)[0]
     n = read_manifest(pass_dir(cfg.paths.data_root, first)).rows
     runs = []
-    for label, settings in MODES:
+    for label, settings in modes:
         if settings["sync_mode"] == "sync" and threads > 1:
             settings = {**settings, "thread_num": 1}  # one batch per round
             label = f"{label}, 1 thread"
@@ -162,7 +170,7 @@ def throughput(
             _reference(cfg, files, root / f"bucketed-{mode}-{i}", "geo_trainer.py", "--mode", mode)
             for i in range(REPEATS)
         )
-        for mode in ("async", "geo")
+        for mode in (("async", "geo") if modes == MODES else ())
     }
     print(
         f"pass of {n:,} rows, {cfg.cluster.servers} server(s), {cfg.cluster.workers} workers,"
@@ -181,7 +189,8 @@ def throughput(
         print(f"    {r.label:<26} {stages}; outside the stages {rest:.2f}")
     ref = f"{reference:10.2f}s {'':>9} {n / reference:>15,.0f}"
     print(f"  reference train_from_dataset (TSV) {ref}")
-    print("  the model with each slot's signs in 2^18 buckets (the only embedding GEO takes):")
+    if geo:
+        print("  the model with each slot's signs in 2^18 buckets (the only embedding GEO takes):")
     for mode, seconds in geo.items():
         print(f"    {mode:<5} train_from_dataset {seconds:10.2f}s {'':>9} {n / seconds:>15,.0f}")
     return runs, reference, geo
@@ -309,7 +318,15 @@ def main() -> int:
         help="a config key of the timed pass's runs to change (both sides), e.g. "
         "model.runner.batch_size=512",
     )
+    parser.add_argument(
+        "--shipped-only",
+        action="store_true",
+        help="time the shipped mode and the reference only",
+    )
     args = parser.parse_args()
+    shipped = load_config(REPO / "configs" / "pipeline.yaml").model.runner
+    shipped_label = f"{shipped.sync_mode}, {shipped.progressive}"
+    modes = [m for m in MODES if m[0] == shipped_label] if args.shipped_only else MODES
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         with local_services(root / "services") as services:
@@ -319,7 +336,9 @@ def main() -> int:
                 if args.error_passes
                 else []
             )
-            runs, reference, geo = throughput(services, root, args.rows, args.threads, args.set)
+            runs, reference, geo = throughput(
+                services, root, args.rows, args.threads, args.set, modes
+            )
             figures = (
                 memory(services, root, args.memory_passes, args.memory_events)
                 if args.memory_passes
@@ -331,13 +350,14 @@ def main() -> int:
             f" (+{peak - start:.1f}), {keys:,} keys at the end"
         )
     by_mode = {r.label.split(", 1 thread")[0]: r for r in runs}
-    shipped = load_config(REPO / "configs" / "pipeline.yaml").model.runner
-    default = by_mode[f"{shipped.sync_mode}, {shipped.progressive}"]
+    default = by_mode[shipped_label]
     print(f"the shipped default: {shipped.sync_mode}, progressive {shipped.progressive}")
     # rows/s ratios against the reference's training alone (same rows: seconds inverted)
     print(f"RESULT train_ratio {reference / default.train_s:.2f}")
     print(f"RESULT train_command_ratio {reference / default.command_s:.2f}")
     print(f"RESULT pass_fixed_seconds {default.command_s - default.train_s:.2f}")
+    if args.shipped_only:
+        return 0
     for mode in ("separate", "sample", "in_train"):
         ratio = reference / by_mode[f"async, {mode}"].command_s
         print(f"RESULT train_command_ratio_{mode} {ratio:.2f}")
