@@ -23,7 +23,7 @@ from streamrec.redis_keys import RedisKeys
 from trainers import dense_average, exports, pass_steps, saves, sync_mode
 from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
 from trainers.devices import executor_place
-from trainers.server_flags import ADMISSION_FLAG, DENSE_PUSH_FLAGS, preset_paddle_flags
+from trainers.server_flags import ADMISSION_FLAG, PUSH_FLAGS, preset_paddle_flags
 from trainers.strategy import build_distributed_program
 from trainers.worker_context import WorkerContext, agree_any
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_config(args.config)
-    flags = dict(DENSE_PUSH_FLAGS)
+    flags = dict(PUSH_FLAGS)
     if cfg.model.hyper_parameters.sparse_table.admission:
         flags[ADMISSION_FLAG] = "true"
     preset_paddle_flags(flags)

@@ -17,17 +17,25 @@ from pathlib import Path
 from trainers.errors import TrainerError
 
 ADMISSION_FLAG = "pserver_enable_create_feasign_randomly"
-# Worker flags for every update mode. Paddle's client holds dense gradient pushes back
-# until more than ``pserver_push_dense_merge_limit`` are queued (12 by default) and then
-# sends their sum. With a few batches a worker per pass the servers saw a pass's dense
-# gradients only after it, all at once, computed on parameters a whole pass old: on real
-# Criteo rows the output level swung by a factor of 9 from pass to pass and AUC lagged
-# (docs/DECISIONS.md, "Dense pushes are sent unmerged"). Sent one by one from a 1 ms loop,
-# each batch's gradient reaches the servers while the next batch runs. Sync mode needs the
-# same: its ``client_flush`` alternative sleeps 100 ms a call and hung after ~1000 rounds.
-DENSE_PUSH_FLAGS = {
+# Worker flags for every update mode. Paddle's client holds gradient pushes back until more
+# than a merge limit are queued (12 by default) or its poll comes round (10 ms for sparse
+# ones), and then sends their sum as one update.
+# - Dense: with a few batches a worker per pass the servers saw a pass's dense gradients
+#   only after it, all at once, computed on parameters a whole pass old: on real Criteo
+#   rows the output level swung by a factor of 9 from pass to pass and AUC lagged
+#   (docs/DECISIONS.md, "Dense pushes are sent unmerged"). Sync mode needs the same: its
+#   ``client_flush`` alternative sleeps 100 ms a call and hung after ~1000 rounds.
+# - Sparse: up to 12 batches' gradients applied as one AdaGrad step, in a grouping the
+#   timing chose, were the largest source of run-to-run spread and cost 0.003-0.005 AUC
+#   against the regression on KDD; at 512-row batches sending each costs nothing
+#   measurable (docs/DECISIONS.md, "A steady model").
+# Sent one by one from a 1 ms loop, each batch's gradient reaches the servers while the
+# next batch runs.
+PUSH_FLAGS = {
     "pserver_push_dense_merge_limit": "0",
     "pserver_async_push_dense_interval_ms": "1",
+    "pserver_push_sparse_merge_limit": "0",
+    "pserver_async_push_sparse_interval_ms": "1",
 }
 
 

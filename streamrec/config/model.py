@@ -108,7 +108,7 @@ class RunnerConfig(_Strict):
     sync_mode: Literal["async", "sync", "geo"] = Field("async", description="PS update mode.")
     thread_num: int = Field(1, ge=1, description="Reader/trainer threads per worker.")
     batch_size: int = Field(
-        64,
+        512,
         ge=1,
         description="Rows per training batch per thread, at most: a worker's share of a "
         "pass smaller than batch_size * min_batches_per_pass trains in smaller batches.",
@@ -121,7 +121,7 @@ class RunnerConfig(_Strict):
         "the steps buy.",
     )
     min_batches_per_pass: int = Field(
-        64,
+        32,
         ge=1,
         description="A worker's share of a pass is cut into at least this many training "
         "batches while they hold min_batch_size rows: a small pass keeps the dense steps it "

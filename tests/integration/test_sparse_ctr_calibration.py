@@ -11,12 +11,13 @@ The replay and the regression are bench/calibration.py's (``--sample kdd2012``).
 
 The bars are the issue's. Both sides score the same rows, so a pass's own sampling error
 (about 0.5/sqrt(672 clicks) = 0.019 in AUC) is shared, not a source of failures; what
-moves the gaps between runs is the training. With the shipped settings, four bench
-replays on 2026-11-26 gave AUC gaps 0.0036-0.0064 and COPC gaps 0.0111-0.0145: the COPC
-bar is near that noise. With sparse pushes unmerged (not shipped yet: their cost is not
-measured, docs/DECISIONS.md, "A steady model") three gave -0.0001 to +0.0007 and 0.0095-0.0103. A
-model 0.01 AUC worse fails: with unmerged pushes, batch 512 for every pass
-(``min_batches_per_pass: 1``) scored AUC gaps 0.0216 and 0.0260."""
+moves the gaps between runs is the training. With sparse pushes merged and batches of
+64 (as shipped until issue 41; seeded), four bench replays on 2026-11-26 gave AUC gaps
+0.0036-0.0064 and COPC gaps 0.0111-0.0145: the COPC bar was within that noise. With
+sparse pushes unmerged and the batch that follows the pass (shipped, docs/DECISIONS.md,
+"A steady model"), five gave 0.0007-0.0017 and 0.0095-0.0112. A model 0.01 AUC worse
+fails: batch 512 for every pass (``min_batches_per_pass: 1``) scored AUC gaps 0.0216 and
+0.0260."""
 
 from __future__ import annotations
 
