@@ -23,6 +23,7 @@ from streamrec.redis_keys import RedisKeys
 from trainers import dense_average, exports, pass_steps, saves, sync_mode
 from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
 from trainers.devices import executor_place
+from trainers.scoring_program import op_types, scoring_program
 from trainers.server_flags import ADMISSION_FLAG, PUSH_FLAGS, preset_paddle_flags
 from trainers.strategy import build_distributed_program
 from trainers.worker_context import WorkerContext, agree_any
@@ -120,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
         started_ms=int(os.environ.get(STARTED_ENV, "0")),
     )
     ctx = WorkerContext(cfg, graph, exe, rank, fleet.worker_num(), report=channel.set_stage)
+    # before the sync round and the iterate sum join the training program: scoring has neither
+    main = paddle.static.default_main_program()
+    ctx.scoring = scoring_program(main)
+    kept, of = len(op_types(ctx.scoring)), len(op_types(main))
+    log.info("scoring with %d of the training program's %d ops", kept, of)
     if cfg.model.runner.sync_mode == "sync":
         ctx.sync = sync_mode.install(graph.loss)
     if cfg.model.runner.dense_average == "pass":  # after the sync round: its pull first

@@ -136,10 +136,12 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stat
     """Score (``phase`` "test") or train on this worker's part of the pass, then the global
     buckets and sums (``metrics_from_stats`` makes them metrics). With one reader thread
     they come from the graph's accumulators; with more, from every instance's dumped
-    prediction and label (the threads race on the accumulators, see ``instance_dump``)."""
+    prediction and label (the threads race on the accumulators, see ``instance_dump``).
+    A score runs the forward-only program (``WorkerContext.scoring``)."""
     import paddle
 
-    program = paddle.static.default_main_program()
+    training = paddle.static.default_main_program()
+    program = training if phase == "train" or ctx.scoring is None else ctx.scoring
     dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
     point_dump(program, [ctx.graph.predict.name, LABEL_VAR], dump if threads > 1 else None)
     _reset_stats(ctx)
@@ -149,9 +151,6 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stat
     if ctx.average is not None and phase == "train" and ctx.chain:
         ctx.average.begin()  # a fresh model keeps its last iterate: nothing to sum
     if dataset is not None:
-        # the main program for both: its fleet options make the device worker pull the dense
-        # tables from the servers first (a clone(for_test=True) lost them, and segfaulted
-        # in DownpourLiteWorker when given them: they are keyed by program id)
         run = ctx.exe.infer_from_dataset if phase == "test" else ctx.exe.train_from_dataset
         run(program=program, dataset=dataset, debug=False)
     if rounds is not None:  # a worker without data still joins the others' rounds

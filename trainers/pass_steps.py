@@ -213,7 +213,7 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     mine = files[ctx.rank :: ctx.workers]
     out = Path(ctx.cfg.paths.work_root) / "scores" / f"{pass_id}-{command_id}"
     dump = out / f"dump-{ctx.rank}"
-    program = paddle.static.default_main_program()
+    program = ctx.scoring or paddle.static.default_main_program()
     point_dump(program, [ctx.graph.predict.name], dump)
     try:
         if mine:

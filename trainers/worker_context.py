@@ -43,6 +43,7 @@ class WorkerContext:
     )
     sync: SyncRounds | None = None  # sync mode: the per-batch rounds (``sync_mode``)
     average: IterateAverage | None = None  # dense_average: pass (``dense_average``)
+    scoring: Any = None  # the forward-only program reads that only score run (``scoring_program``)
 
     @property
     def leader(self) -> bool:

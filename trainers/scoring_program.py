@@ -1,0 +1,51 @@
+"""The forward-only program a worker scores with: the training program without its
+backward, optimizer and communication ops.
+
+Paddle 2.6.2's asynchronous device worker (``DownpourLite``) runs an ``infer_from_dataset``
+over the whole training program and skips only ``feed``, the push ops and ``send``: every
+``*_grad`` op still runs, so a scoring read cost what training does per row
+(docs/DECISIONS.md, "A steady model"). This program keeps the ops whose role is the
+forward pass (the sparse pulls, the network, the metric accumulators), none of the pushes,
+and carries the main program's fleet options, re-keyed to its own id: the device worker
+finds its dense tables to pull by program id, and without an entry the C++ worker crashes.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+# the bits of an op's ``op_role`` attribute (paddle.base.core.op_proto_and_checker_maker.
+# OpRole): an op with any of them is not part of the forward pass
+_NOT_FORWARD = 0x0001 | 0x0002 | 0x0004 | 0x0008  # Backward, Optimize, RPC, Dist
+# the sparse push the PS pass appends after the backward ops carries the forward role
+_PUSHES = {"distributed_push_sparse", "push_sparse", "push_sparse_v2", "push_dense"}
+
+
+def scoring_program(main: Any) -> Any:
+    """A copy of ``main`` (built and minimised by ``fleet``) with only its forward ops, for
+    ``infer_from_dataset``; the variables are shared through the scope, so it scores with
+    the parameters the training program pulls and trains."""
+    from paddle.base.core import op_proto_and_checker_maker
+
+    role_attr = op_proto_and_checker_maker.kOpRoleAttrName()
+    program = main.clone()
+    for block in program.blocks:
+        for index in reversed(range(len(block.ops))):
+            op = block.ops[index]
+            role = int(op.attr(role_attr)) if op.has_attr(role_attr) else 0
+            if role & _NOT_FORWARD or op.type in _PUSHES:
+                block._remove_op(index, sync=False)
+    program._sync_with_cpp()
+    options = copy.copy(main._fleet_opt)
+    configs = options.get("program_configs")
+    if configs:  # the asynchronous builder's: one entry, keyed by the main program's id
+        (config,) = configs.values()
+        options["program_configs"] = {str(id(program)): config}
+    program._fleet_opt = options
+    return program
+
+
+def op_types(program: Any) -> list[str]:
+    """The program's op types in order (block 0): what a log shows of it."""
+    return [op.type for op in program.global_block().ops]
