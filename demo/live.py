@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -122,4 +123,6 @@ def run_live(cfg: PipelineConfig, rate: float, duration_s: float | None = None) 
             pass
         ignore_stop_signals()  # a second Ctrl-C must not cut the shutdown short
         print("stopping: stream, Airflow, builder, cluster...", flush=True)
+        stopping = time.monotonic()
+    print(f"stopped in {time.monotonic() - stopping:.0f} s", flush=True)
     return 0

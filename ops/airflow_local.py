@@ -16,6 +16,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,21 +158,30 @@ class LocalAirflow:
 
     def stop(self, component: str, timeout_s: float = 60) -> None:
         """SIGTERM one service (what systemd and compose send), SIGKILL if it lingers."""
-        proc = self.procs.pop(component, None)
-        if proc is None or proc.poll() is not None:
-            return
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        self._stop([component], timeout_s)
+
+    def _stop(self, components: list[str], timeout_s: float) -> None:
+        """SIGTERM every one of ``components`` at once, then wait for each within
+        ``timeout_s`` of the signal, SIGKILL for one still running."""
+        procs = {c: p for c in components if (p := self.procs.pop(c, None)) and p.poll() is None}
+        for proc in procs.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+        started = time.monotonic()
+        for component, proc in procs.items():
+            try:
+                proc.wait(max(0.0, timeout_s - (time.monotonic() - started)))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                log.warning("airflow %s outlived SIGTERM by %.0f s: killed", component, timeout_s)
+            took = time.monotonic() - started
+            log.info("airflow %s stopped %.1f s after SIGTERM", component, took)
 
     def stop_all(self, timeout_s: float = 30) -> None:
-        """Stop the scheduler first: it waits for running tasks, which report to the
-        api-server, so that goes last."""
-        for component in reversed(COMPONENTS):
-            self.stop(component, timeout_s)
+        """Stop the scheduler and the dag-processor together (the scheduler waits for running
+        tasks), then the api-server, which those tasks report to."""
+        self._stop([c for c in COMPONENTS if c != "api-server"], timeout_s)
+        self._stop(["api-server"], timeout_s)
 
     def __enter__(self) -> LocalAirflow:
         try:

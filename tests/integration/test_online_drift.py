@@ -12,7 +12,7 @@ from streamrec.auc import exact_auc
 from streamrec.config import dump_config
 from trainers.launcher import LocalCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]  # 100 s in a parallel suite
 
 FIRST = "202611010000"
 PASSES, DRIFT = 9, 5  # the generating weights are redrawn at pass index 5

@@ -39,7 +39,8 @@ from trainers.launcher import LocalCluster
 from trainers.metrics import exact_auc
 from trainers.results import TrainResult
 
-pytestmark = pytest.mark.slow
+# the thread method: dag.test() runs Airflow's task timeouts on SIGALRM (pyproject.toml)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180, method="thread")]
 
 FIRST_PASS = "202603010000"
 PASSES = 3
