@@ -4,6 +4,9 @@ and one mapping from errors to the documented exit codes.
     0 ok; 1 failed; 2 bad configuration or arguments; 3 a service (Kafka, Redis, the
     cluster) cannot be reached; 4 data breaks its contract; 130 stopped (Ctrl-C, SIGTERM)
 
+SIGUSR1 prints every thread's stack to stderr and the command goes on: where a command
+that does not stop is waiting (``kill -USR1 <pid>``).
+
 A Redis or Kafka client error that reaches the frame is an outage (3), or refused Redis
 credentials (2, with the fix), whichever subcommand met it; any other exception is a bug
 and keeps its traceback.
@@ -11,6 +14,7 @@ and keeps its traceback.
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import threading
@@ -57,6 +61,7 @@ def run_command(body: Callable[[], int], stop: threading.Event | None = None) ->
     main thread, or, when ``stop`` is given, both signals set it and ``body`` winds down
     on its own."""
     setup_logging()
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if stop is None:
         stop_on_sigterm()
     else:

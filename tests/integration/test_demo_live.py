@@ -69,9 +69,18 @@ def test_live_demo_prints_a_working_login_and_stops_cleanly(repo: Path, tmp_path
         try:
             code = proc.wait(STOP_S)
         except subprocess.TimeoutExpired:
+            # what it is waiting in: its signal masks (a blocked or ignored SIGINT) and
+            # every thread's stack (the entry frame dumps them on SIGUSR1)
+            masks = [
+                line
+                for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                if line.startswith(("SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))
+            ]
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(3)
             proc.kill()
-            tail = logged.read_text()[-5000:]
-            pytest.fail(f"still running {STOP_S} s after Ctrl-C; its log ends:\n{tail}")
+            tail = logged.read_text()[-12000:]
+            pytest.fail(f"still running {STOP_S} s after Ctrl-C; {masks}; its log ends:\n{tail}")
     assert code == 0
     assert running and not [line for line in running.splitlines() if " ERROR " in line], running
     _, alive = psutil.wait_procs(started, timeout=30)

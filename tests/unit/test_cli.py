@@ -87,3 +87,37 @@ def test_unreachable_redis_exits_3(repo: Path, tmp_path: Path) -> None:
         out = _run(*command, "--config", str(config))
         assert out.returncode == 3, (command, out.stderr)
         assert "Redis" in out.stderr
+
+
+def test_sigusr1_prints_every_stack_and_the_command_goes_on(repo: Path) -> None:
+    """``kill -USR1`` on a command shows where each thread waits; SIGTERM still stops it."""
+    import signal
+    import time
+
+    body = (
+        "import sys, time\n"
+        "from streamrec.entry import run_command\n"
+        "def body():\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "    return 0\n"
+        "sys.exit(run_command(body))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", body],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        assert proc.poll() is None, "SIGUSR1 ended the command"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "most recent call first" in err and "in body" in err, err
