@@ -149,14 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=300, help="--live: impressions/s")
     parser.add_argument("--duration", type=float, help="--live: stop after this many seconds")
     args = parser.parse_args(argv)
+    if args.live:
+        # Ctrl-C and SIGTERM set ``stop``: no KeyboardInterrupt lands inside a client call
+        stop = threading.Event()
+        return run_command(lambda: _live(args, stop), stop=stop)
     return run_command(lambda: _demo(args))
 
 
-def _demo(args: argparse.Namespace) -> int:
-    if args.live:
-        from demo.live import run_live
+def _live(args: argparse.Namespace, stop: threading.Event) -> int:
+    from demo.live import run_live
 
-        return run_live(load_config(args.config), args.rate, args.duration)
+    return run_live(load_config(args.config), args.rate, args.duration, stop)
+
+
+def _demo(args: argparse.Namespace) -> int:
     print_table(run_demo(load_config(args.config), max(1, args.passes), args.first_pass))
     return 0
 

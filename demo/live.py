@@ -101,8 +101,14 @@ class LiveStack:
         self._exits.close()
 
 
-def run_live(cfg: PipelineConfig, rate: float, duration_s: float | None = None) -> int:
-    """Run the live stack until Ctrl-C (or ``duration_s``), printing status every window."""
+def run_live(
+    cfg: PipelineConfig,
+    rate: float,
+    duration_s: float | None = None,
+    stop: threading.Event | None = None,
+) -> int:
+    """Run the live stack until ``stop`` is set (the entry frame sets it on Ctrl-C and
+    SIGTERM) or ``duration_s`` has passed, printing status every window."""
     with LiveStack(cfg, rate) as stack:
         print(
             f"\nAirflow UI: {stack.airflow.url}  (login: admin / {stack.airflow.password})\n"
@@ -111,16 +117,21 @@ def run_live(cfg: PipelineConfig, rate: float, duration_s: float | None = None) 
             f"status any time: streamrec status --config {stack.config_path}\n",
             flush=True,
         )
-        stopped = threading.Event()
+        stopped = stop or threading.Event()
         if duration_s is not None:
             timer = threading.Timer(duration_s, stopped.set)
             timer.daemon = True
             timer.start()
-        try:  # Ctrl-C or SIGTERM (the entry frame makes both KeyboardInterrupt) ends the wait
-            while not stopped.wait(PASS_MINUTES * 60):
+        # sleeps, not stopped.wait(): the signal handler sets ``stopped``, and one that ran
+        # while this thread held the event's lock inside wait() would never return; short
+        # ones, because a signal the kernel hands to another thread runs its handler only
+        # when this thread next wakes
+        status_at = time.monotonic() + PASS_MINUTES * 60
+        while not stopped.is_set():
+            time.sleep(1.0)
+            if time.monotonic() >= status_at:
                 print(format_table(recent_passes(stack.cfg, limit=10)) + "\n", flush=True)
-        except KeyboardInterrupt:
-            pass
+                status_at += PASS_MINUTES * 60
         ignore_stop_signals()  # a second Ctrl-C must not cut the shutdown short
         print("stopping: stream, Airflow, builder, cluster...", flush=True)
         stopping = time.monotonic()
