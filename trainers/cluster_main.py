@@ -120,12 +120,15 @@ def main(argv: list[str] | None = None) -> int:
         cfg.cluster.heartbeat_seconds,
         started_ms=int(os.environ.get(STARTED_ENV, "0")),
     )
-    ctx = WorkerContext(cfg, graph, exe, rank, fleet.worker_num(), report=channel.set_stage)
     # before the sync round and the iterate sum join the training program: scoring has neither
     main = paddle.static.default_main_program()
-    ctx.scoring = scoring_program(main)
-    kept, of = len(op_types(ctx.scoring)), len(op_types(main))
-    log.info("scoring with %d of the training program's %d ops", kept, of)
+    scoring = scoring_program(main)
+    log.info(
+        "scoring with %d of the training program's %d ops",
+        *map(len, map(op_types, (scoring, main))),
+    )
+    workers = fleet.worker_num()
+    ctx = WorkerContext(cfg, graph, exe, rank, workers, scoring, report=channel.set_stage)
     if cfg.model.runner.sync_mode == "sync":
         ctx.sync = sync_mode.install(graph.loss)
     if cfg.model.runner.dense_average == "pass":  # after the sync round: its pull first

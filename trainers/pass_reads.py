@@ -140,8 +140,7 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stat
     A score runs the forward-only program (``WorkerContext.scoring``)."""
     import paddle
 
-    training = paddle.static.default_main_program()
-    program = training if phase == "train" or ctx.scoring is None else ctx.scoring
+    program = paddle.static.default_main_program() if phase == "train" else ctx.scoring
     dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
     point_dump(program, [ctx.graph.predict.name, LABEL_VAR], dump if threads > 1 else None)
     _reset_stats(ctx)

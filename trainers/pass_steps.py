@@ -206,14 +206,13 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     cluster's side of a training/serving skew check. The rows carry their event ids as
     Paddle instance ids (an in-memory dataset that parses them), and the dump writes them
     beside each prediction."""
-    import paddle
 
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     files = [str(directory / p.file) for p in read_manifest(directory).parts]
     mine = files[ctx.rank :: ctx.workers]
     out = Path(ctx.cfg.paths.work_root) / "scores" / f"{pass_id}-{command_id}"
     dump = out / f"dump-{ctx.rank}"
-    program = ctx.scoring or paddle.static.default_main_program()
+    program = ctx.scoring
     point_dump(program, [ctx.graph.predict.name], dump)
     try:
         if mine:

@@ -15,9 +15,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-# the bits of an op's ``op_role`` attribute (paddle.base.core.op_proto_and_checker_maker.
-# OpRole): an op with any of them is not part of the forward pass
-_NOT_FORWARD = 0x0001 | 0x0002 | 0x0004 | 0x0008  # Backward, Optimize, RPC, Dist
 # the sparse push the PS pass appends after the backward ops carries the forward role
 _PUSHES = {"distributed_push_sparse", "push_sparse", "push_sparse_v2", "push_dense"}
 
@@ -29,12 +26,15 @@ def scoring_program(main: Any) -> Any:
     from paddle.base.core import op_proto_and_checker_maker
 
     role_attr = op_proto_and_checker_maker.kOpRoleAttrName()
+    roles = op_proto_and_checker_maker.OpRole
+    # an op with any of these bits in its role is not part of the forward pass
+    not_forward = int(roles.Backward) | int(roles.Optimize) | int(roles.RPC) | int(roles.Dist)
     program = main.clone()
     for block in program.blocks:
         for index in reversed(range(len(block.ops))):
             op = block.ops[index]
             role = int(op.attr(role_attr)) if op.has_attr(role_attr) else 0
-            if role & _NOT_FORWARD or op.type in _PUSHES:
+            if role & not_forward or op.type in _PUSHES:
                 block._remove_op(index, sync=False)
     program._sync_with_cpp()
     options = copy.copy(main._fleet_opt)

@@ -35,6 +35,7 @@ class WorkerContext:
     exe: Any
     rank: int
     workers: int
+    scoring: Any  # the forward-only program reads that only score run (``scoring_program``)
     # the stage and how long it may block heartbeats, e.g. into the worker's heartbeat
     report: Callable[[str, float], None] = lambda stage, hold_s: None
     chain: list[CheckpointInfo] = field(default_factory=list)  # the saves the model is in
@@ -43,7 +44,6 @@ class WorkerContext:
     )
     sync: SyncRounds | None = None  # sync mode: the per-batch rounds (``sync_mode``)
     average: IterateAverage | None = None  # dense_average: pass (``dense_average``)
-    scoring: Any = None  # the forward-only program reads that only score run (``scoring_program``)
 
     @property
     def leader(self) -> bool:
