@@ -16,7 +16,7 @@ from pathlib import Path
 from reference_trainer import train_and_time
 
 from streamrec.config import load_config
-from trainers.models import MODELS
+from trainers.models import build_model
 
 
 def _bucketed_embedding(paddle, buckets: int):
@@ -50,7 +50,7 @@ def main() -> None:
     paddle.enable_static()
     fleet.init(is_collective=False)
     paddle.static.nn.sparse_embedding = _bucketed_embedding(paddle, args.buckets)
-    graph = MODELS[cfg.model.model]().build(cfg.feature_schema, cfg.model.hyper_parameters)
+    graph = build_model(cfg.feature_schema, cfg.model)
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     if args.mode == "geo":

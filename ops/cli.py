@@ -3,7 +3,7 @@
     streamrec demo [--live]                       the local demo (or a live one with Airflow)
     streamrec produce --config C --synthetic|--live|--file F
     streamrec build-passes --config C             Kafka -> passes, until Ctrl-C
-    streamrec cluster --config C                  the PS cluster, until Ctrl-C
+    streamrec cluster --config C [--warm-start P] the PS cluster, until Ctrl-C
     streamrec predict --config C --events F       score events with the serving model
     streamrec serve --config C [--port P]         the online predictor service (HTTP)
     streamrec status --config C [--json]          recent passes, flags untrained ones

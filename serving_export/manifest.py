@@ -19,7 +19,7 @@ from streamrec.config import SchemaConfig
 from streamrec.errors import broken_fields
 from trainers.export_spec import OnnxTwin
 
-ARTIFACT_VERSION = 2
+ARTIFACT_VERSION = 3  # 3: the network and the sequence feeds
 MANIFEST_NAME = "MANIFEST.json"
 
 
@@ -70,7 +70,9 @@ class ArtifactManifest(_Frozen):
     pass_id: str
     created_at: str  # when it was published
     metrics: ArtifactMetrics
-    slot_feeds: dict[str, str]  # sparse slot -> the program's pooled-embedding feed
+    network: str  # the network's import path the version was trained with
+    slot_feeds: dict[str, str]  # pooled slot -> the program's pooled-embedding feed
+    sequence_feeds: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) feeds
     dense_feed: str | None
     embedding_dim: int
     sign_version: int  # streaming.feature_signs.SIGN_VERSION it hashes features with

@@ -5,16 +5,17 @@
 Events are validated as ``/predict`` validates them (``streaming.events.scoring_row``; in
 ``streamrec predict`` a bad line is exit 4, naming the line and the reason), sparse values
 become feature signs with the same hash as training, each slot's embeddings are looked up
-(zeros for values training never saw) and sum-pooled, and Paddle Inference runs the dense
-program. A Predictor is immutable and thread-safe: it holds a pool of Paddle predictors
-(clones sharing the weights), one per concurrent scorer; the service swaps whole
-Predictors between versions.
+(zeros for values training never saw) and pooled as the schema says (summed, averaged, or a
+sequence padded with its mask), and Paddle Inference runs the dense program. A Predictor
+is immutable and thread-safe: it holds a pool of Paddle predictors (clones sharing the
+weights), one per concurrent scorer; the service swaps whole Predictors between versions.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import threading
 from pathlib import Path
@@ -28,9 +29,12 @@ from serving_export.sparse_store import Embeddings, InProcessStore
 from streaming.errors import MalformedEvent
 from streaming.events import scoring_row
 from streaming.feature_signs import SIGN_VERSION, signs_of_values
+from streaming.sequences import cut_list
 from streamrec.config import load_config
 from streamrec.entry import run_command
 from streamrec.errors import ContractError, StreamrecError
+
+log = logging.getLogger(__name__)
 
 
 class PaddleDense:
@@ -82,7 +86,9 @@ class OnnxDense:
 
 
 class Predictor:
-    """Scores events with one artifact version, on Paddle Inference or onnxruntime."""
+    """Scores events with one artifact version, on Paddle Inference or onnxruntime (a
+    version without an ONNX program, which the converter could not make, on Paddle
+    whatever the runtime asked; ``runtime`` says which runs)."""
 
     def __init__(
         self,
@@ -105,6 +111,15 @@ class Predictor:
             if embeddings is not None
             else InProcessStore(self.directory.parent).embeddings_for(self.version)
         )
+        if runtime == "onnx" and self.manifest.onnx.file is None:
+            # a network the converter could not take ships its Paddle program alone
+            log.warning(
+                "version %s has no ONNX program (%s): scoring it on Paddle Inference",
+                self.version,
+                self.manifest.onnx.error,
+            )
+            runtime = "paddle"
+        self.runtime = runtime
         self._dense = (
             OnnxDense(self.directory, threads)
             if runtime == "onnx"
@@ -117,32 +132,48 @@ class Predictor:
         manifest = registry.serving()
         return cls(version_dir(version_dir(Path(model_root), manifest.model), manifest.version))
 
-    def _pooled_feeds(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-        """Each slot's sum-pooled embeddings, from one lookup of every sign of the batch
-        (one round trip with the Redis store)."""
+    def _slot_feeds(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        """Each slot's feed from one lookup of every sign of the batch (one round trip with
+        the Redis store): pooled as training pooled it (sum or mean), or a sequence cut as
+        the pipe reader cuts it, padded with zeros, and its mask."""
         signs, bounds = [], []
         for slot in self.schema.sparse:
             values = [r[slot.name] for r in rows]
+            if slot.max_length:
+                values = [cut_list(v, slot.max_length, slot.keep) for v in values]
             lengths = np.array([len(v) for v in values]) if slot.multi else np.ones(len(rows), int)
             flat = [x for v in values for x in v] if slot.multi else values
-            signs.append(signs_of_values(slot.name, flat))
+            signs.append(signs_of_values(slot.key_slot, flat))
             bounds.append(lengths)
         emb = self.embeddings.lookup(np.concatenate(signs))
         feeds, start = {}, 0
         for slot, lengths in zip(self.schema.sparse, bounds, strict=True):
             stop = start + int(lengths.sum())
+            part, start = emb[start:stop], stop
             offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-            feeds[self.manifest.slot_feeds[slot.name]] = (
-                np.add.reduceat(emb[start:stop], offsets, axis=0) if slot.multi else emb[start:stop]
-            )
-            start = stop
+            if slot.max_length:
+                values_feed, mask_feed = self.manifest.sequence_feeds[slot.name]
+                rows_of = np.repeat(np.arange(len(rows)), lengths)
+                position = np.arange(len(part)) - np.repeat(offsets, lengths)
+                padded = np.zeros((len(rows), slot.max_length, part.shape[1]), np.float32)
+                mask = np.zeros((len(rows), slot.max_length), np.float32)
+                padded[rows_of, position] = part
+                mask[rows_of, position] = 1.0
+                feeds[values_feed], feeds[mask_feed] = padded, mask
+            elif slot.multi:
+                pooled = np.add.reduceat(part, offsets, axis=0)
+                if slot.pooling == "mean":
+                    pooled = pooled / lengths[:, None].astype(np.float32)
+                feeds[self.manifest.slot_feeds[slot.name]] = pooled
+            else:
+                feeds[self.manifest.slot_feeds[slot.name]] = part
         return feeds
 
     def score_rows(self, rows: list[dict[str, Any]]) -> np.ndarray:
         """Click probabilities of feature rows (``streaming.events.feature_row``)."""
         if not rows:
             return np.zeros(0, dtype=np.float32)
-        feeds = self._pooled_feeds(rows)
+        feeds = self._slot_feeds(rows)
         if self.manifest.dense_feed:
             feeds[self.manifest.dense_feed] = np.array(
                 [[r[d.name] for d in self.schema.dense] for r in rows], dtype=np.float32

@@ -6,7 +6,8 @@
     GET  /readyz    200 once a verified version is loaded, 503 before
                     (both answered on the event loop at once, never behind the admission
                     bound or the predictions waiting to be scored)
-    GET  /version   what serves: version, its freshness, sparse kind, and this host's name
+    GET  /version   what serves: version, network and runtime, its freshness, sparse kind,
+                    and this host's name
     GET  /metrics   Prometheus text
 
 With ``serving.bearer_token_env`` (or ``_file``) set, /predict and /version answer 401
@@ -424,6 +425,8 @@ def create_app(
                 "host": socket.gethostname(),
                 "replica": replica,
                 "model": m.model,
+                "network": m.network,
+                "runtime": current.runtime,
                 "sparse": m.sparse.model_dump(),
                 "freshness": {**m.freshness.model_dump(), "served_at": state.served_at},
                 "loaded_at": state.swaps[-1][2],

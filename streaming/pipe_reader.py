@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from streaming.feature_signs import signs_of
+from streaming.sequences import cut_lists
 
 if TYPE_CHECKING:
     from streamrec.config import SchemaConfig
@@ -39,15 +40,27 @@ LABEL_VAR = "label"
 
 @dataclass(frozen=True)
 class ReaderLayout:
-    """What the reader needs of the feature schema: slots (name, multi, default), dense."""
+    """What the reader needs of the feature schema: slots (name, multi, default, for a
+    sequence its max_length and which end it keeps (0 and "" otherwise), the slot its
+    values are hashed as), dense."""
 
-    sparse: tuple[tuple[str, bool, str], ...]
+    sparse: tuple[tuple[str, bool, str, int, str, str], ...]
     dense: tuple[str, ...]
 
     @classmethod
     def from_schema(cls, schema: SchemaConfig) -> ReaderLayout:
         return cls(
-            tuple((s.name, s.multi, s.default) for s in schema.sparse),
+            tuple(
+                (
+                    s.name,
+                    s.multi,
+                    s.default,
+                    s.max_length or 0,
+                    s.keep if s.max_length else "",
+                    s.key_slot,
+                )
+                for s in schema.sparse
+            ),
             tuple(d.name for d in schema.dense),
         )
 
@@ -57,7 +70,10 @@ class ReaderLayout:
     @classmethod
     def from_arg(cls, arg: str) -> ReaderLayout:
         raw = json.loads(arg)
-        return cls(tuple((n, bool(m), d) for n, m, d in raw["sparse"]), tuple(raw["dense"]))
+        return cls(
+            tuple((n, bool(m), d, int(ln), k, ks) for n, m, d, ln, k, ks in raw["sparse"]),
+            tuple(raw["dense"]),
+        )
 
 
 def slot_order(schema: SchemaConfig) -> list[str]:
@@ -107,17 +123,21 @@ def multislot_text(
     columns: list[pa.Array | str] = []
     if ins_id:
         columns += ["1", instance_ids(table["event_id"].combine_chunks())]
-    for name, multi, default in layout.sparse:
+    for name, multi, default, max_length, keep, key_slot in layout.sparse:
         col = table[name].combine_chunks()
         if multi:
+            if max_length:  # a sequence: what the network sees of it, as serving cuts it
+                col = cut_lists(col, max_length, keep)
             lengths = pc.list_value_length(col).fill_null(0)
             if pc.min(lengths).as_py() == 0:  # an empty slot is illegal in MultiSlot: pad
                 col = pc.if_else(pc.equal(lengths, 0), pa.scalar([default], col.type), col)
                 lengths = pc.list_value_length(col)
-            signs = pa.ListArray.from_arrays(col.offsets, _sign_text(name, pc.list_flatten(col)))
+            signs = pa.ListArray.from_arrays(
+                col.offsets, _sign_text(key_slot, pc.list_flatten(col))
+            )
             columns += [lengths.cast(pa.string()), pc.binary_join(signs, " ")]
         else:
-            columns.append(_sign_text(name, col, prefix="1 "))
+            columns.append(_sign_text(key_slot, col, prefix="1 "))
     if layout.dense:
         columns.append(str(len(layout.dense)))
         columns += [table[d].combine_chunks().cast(pa.string()) for d in layout.dense]

@@ -1,13 +1,19 @@
 """A synthetic impression stream drawn from a known logistic model.
 
     logit = bias + sum_slots w_slot[value] + sum_dense v_d * x_d      (multi slots: mean)
+            [+ weight if a history item is in the target's cluster]        (interest)
     label ~ Bernoulli(sigmoid(logit))
 
 Value ids follow a Zipf law (a heavy head and a long tail), as real ids do. Because the
 generating probabilities are known, the best AUC any model can reach on a batch is the AUC
 of those probabilities, returned next to the events. A clicked impression also gets a click
 ``click_delay_seconds`` (exponential) after it, for the click-join mode; ``drift`` redraws
-part of the weights, so a model trained before it must re-learn.
+part of the weights, so a model trained before it must re-learn. With ``interest``
+(``streamrec.config.InterestConfig``) each event has a few interest clusters; its history
+lists target values drawn mostly from them, its target value is one of them a ``focus``
+share of the time, and the click gains ``weight`` when any history item shares the
+target's cluster: a network that matches the target against each item can see that, one
+that averages the history first sees it blurred by the history's length and mix.
 """
 
 from __future__ import annotations
@@ -78,15 +84,33 @@ class SyntheticStream:
         redraw = rng.random(len(self._dense_weights)) < share
         self._dense_weights[redraw] = rng.normal(0.0, 0.5, int(redraw.sum()))
 
+    def _interest_logit(self, history: list[np.ndarray], target: np.ndarray) -> np.ndarray:
+        """The interest term of each event: ``weight`` if any history item is in the
+        target value's cluster."""
+        interest = self._cfg.interest
+        assert interest is not None
+        k = interest.clusters
+        hit = [bool(np.any(h % k == t % k)) for h, t in zip(history, target, strict=True)]
+        return interest.weight * np.array(hit, dtype=np.float64)
+
     def probability(self, events: list[dict[str, Any]]) -> np.ndarray:
         """Click probability of ``events`` (made by this stream) under the current model."""
         logit = np.full(len(events), self._cfg.bias)
+        interest = self._cfg.interest
         for slot in self._schema.sparse:
+            if interest is not None and slot.name == interest.history:
+                continue
             w = self._weights[slot.name]
             for i, e in enumerate(events):
                 value = e["sparse"][slot.name]
                 ids = [int(v[1:]) for v in value] if slot.multi else [int(value[1:])]
                 logit[i] += w[ids].mean()
+        if interest is not None:
+            history = [
+                np.array([int(v[1:]) for v in e["sparse"][interest.history]]) for e in events
+            ]
+            target = np.array([int(e["sparse"][interest.target][1:]) for e in events])
+            logit += self._interest_logit(history, target)
         dense = np.array([[e["dense"][d.name] for d in self._schema.dense] for e in events])
         if len(self._schema.dense):
             logit += dense @ self._dense_weights
@@ -97,15 +121,44 @@ class SyntheticStream:
         ranks = self._rng.zipf(self._cfg.zipf_a, n)
         return (ranks * 2654435761) % self._card[slot]
 
+    def _interests(self, n: int) -> tuple[list[list[str]], np.ndarray]:
+        """``n`` histories (target values, each its own length, a ``focus`` share from the
+        event's interest clusters, the rest from any) and target ids (from one of those
+        clusters a ``focus`` share of the time)."""
+        interest = self._cfg.interest
+        assert interest is not None
+        rng, k = self._rng, interest.clusters
+        per_cluster = max(self._card[interest.target] // k, 1)
+        own = rng.integers(0, k, (n, interest.interests))
+        lengths = rng.integers(1, interest.max_history + 1, n)
+        rows = np.repeat(np.arange(n), lengths)
+
+        def clusters(of_rows: np.ndarray) -> np.ndarray:
+            mine = own[of_rows, rng.integers(0, interest.interests, len(of_rows))]
+            focused = rng.random(len(of_rows)) < interest.focus
+            return np.where(focused, mine, rng.integers(0, k, len(of_rows)))
+
+        ids = clusters(rows) + k * rng.integers(0, per_cluster, len(rows))
+        targets = clusters(np.arange(n)) + k * rng.integers(0, per_cluster, n)
+        prefix = interest.target[0]
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        histories = [[f"{prefix}{i}" for i in ids[a:b]] for a, b in itertools.pairwise(bounds)]
+        return histories, targets
+
     def batch(self, start_ms: int, end_ms: int, n: int) -> SyntheticBatch:
         """``n`` events with event times spread over ``[start_ms, end_ms)``, in time order."""
         rng = self._rng
         times = np.sort(rng.integers(start_ms, end_ms, n))
         logit = np.full(n, self._cfg.bias)
         columns: dict[str, list[Any]] = {}
+        ids_of: dict[str, np.ndarray] = {}
+        interest = self._cfg.interest
+        histories, targets = self._interests(n) if interest is not None else ([], None)
         for slot in self._schema.sparse:
             w = self._weights[slot.name]
-            if slot.multi:
+            if interest is not None and slot.name == interest.history:
+                columns[slot.name] = histories
+            elif slot.multi:
                 counts = rng.integers(1, MAX_MULTI_VALUES + 1, n)
                 flat = self._ids(slot.name, int(counts.sum()))
                 bounds = np.concatenate([[0], np.cumsum(counts)])
@@ -115,9 +168,14 @@ class SyntheticStream:
                     [f"{prefix}{i}" for i in flat[a:b]] for a, b in itertools.pairwise(bounds)
                 ]
             else:
-                ids = self._ids(slot.name, n)
+                is_target = interest is not None and slot.name == interest.target
+                ids = targets if is_target else self._ids(slot.name, n)
                 logit += w[ids]
+                ids_of[slot.name] = ids
                 columns[slot.name] = [f"{slot.name[0]}{i}" for i in ids]
+        if interest is not None:
+            history = [np.array([int(v[1:]) for v in h]) for h in columns[interest.history]]
+            logit += self._interest_logit(history, ids_of[interest.target])
         dense = rng.normal(0.0, 1.0, (n, len(self._schema.dense)))
         logit += dense @ self._dense_weights
         probs = 1.0 / (1.0 + np.exp(-logit))

@@ -20,7 +20,7 @@ _EXPORTS = {
     "LocalCluster": "trainers.launcher",
     "NodeAgent": "trainers.node_agent",
     "Topology": "trainers.topology",
-    "MODELS": "trainers.models",
+    "build_model": "trainers.models",
     "PassMetrics": "trainers.metrics",
     "TrainResult": "trainers.results",
     "TrainerError": "trainers.errors",

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamrec.atomic_fs import write_text_atomic
 
@@ -35,6 +35,27 @@ log = logging.getLogger(__name__)
 CHECKPOINT_MANIFEST = "CHECKPOINT.json"
 CheckpointKind = Literal["base", "delta", "daily"]
 SAVE_MODE: dict[str, int] = {"base": 0, "delta": 1, "daily": 3}
+
+
+class SparseTableShape(BaseModel):
+    """What decides a sparse table's saved rows: the pulled width and the SGD rule."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dim: int
+    rule: str
+    row_width: int  # columns of a saved line, the key included
+
+
+class ModelSignature(BaseModel):
+    """What a saved model must share with the model that loads it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    network: str
+    slots: dict[str, str]  # slot -> the slot its values are hashed as (the table's keys)
+    sparse_tables: dict[str, SparseTableShape]
+    dense: dict[str, tuple[int, ...]]  # dense parameter -> shape
 
 
 class CheckpointInfo(BaseModel):
@@ -51,6 +72,7 @@ class CheckpointInfo(BaseModel):
     resume_offsets: dict[str, dict[str, int]] = {}
     train: dict[str, Any] | None = None  # the pass's train result, for idempotent replies
     created_at: str = ""
+    model: ModelSignature | None = None  # what wrote it (None: a save from before it was recorded)
 
     @property
     def name(self) -> str:

@@ -26,6 +26,7 @@ from trainers.devices import executor_place
 from trainers.scoring_program import op_types, scoring_program
 from trainers.server_flags import ADMISSION_FLAG, PUSH_FLAGS, preset_paddle_flags
 from trainers.strategy import build_distributed_program
+from trainers.warm_start import model_signature
 from trainers.worker_context import WorkerContext, agree_any
 
 log = logging.getLogger("trainers.cluster")
@@ -128,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         *map(len, map(op_types, (scoring, main))),
     )
     workers = fleet.worker_num()
-    ctx = WorkerContext(cfg, graph, exe, rank, workers, scoring, report=channel.set_stage)
+    signature = model_signature(cfg, main)
+    ctx = WorkerContext(
+        cfg, graph, exe, rank, workers, scoring, signature, report=channel.set_stage
+    )
     if cfg.model.runner.sync_mode == "sync":
         ctx.sync = sync_mode.install(graph.loss)
     if cfg.model.runner.dense_average == "pass":  # after the sync round: its pull first

@@ -21,7 +21,7 @@ from streamrec.errors import ContractError, broken_fields
 from trainers.checkpoints import CheckpointInfo
 
 EXPORT_SPEC = "export_spec.json"
-EXPORT_VERSION = 3  # 3: the ONNX twin is in the raw export
+EXPORT_VERSION = 4  # 3: the ONNX twin is in the raw export; 4: the network and sequences
 
 
 class OnnxTwin(BaseModel):
@@ -43,8 +43,10 @@ class ExportSpec(BaseModel):
     export_version: int
     pass_id: str
     model: str
+    network: str  # the network's import path (model.network)
     model_prefix: str  # the dense program's files: <model_prefix>.pdmodel / .pdiparams
-    slot_feeds: dict[str, str]  # sparse slot -> the program's pooled-embedding feed
+    slot_feeds: dict[str, str]  # pooled slot -> the program's pooled-embedding feed
+    sequence_feeds: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) feeds
     dense_feed: str | None  # the dense features' feed; None when the schema has none
     embedding_dim: int
     saved_value_layout: dict[str, int]  # where embed_w and embedx_w sit in a saved row
@@ -72,7 +74,7 @@ def read_export_spec(raw_export: Path) -> ExportSpec:
     if raw.get("export_version", 0) < EXPORT_VERSION:
         raise ContractError(
             f"{path} is of export version {raw.get('export_version')}, this streamrec reads "
-            f"{EXPORT_VERSION} (with the ONNX twin): export the pass again"
+            f"{EXPORT_VERSION} (with the network and its sequence feeds): export the pass again"
         )
     try:
         return ExportSpec.model_validate(raw)

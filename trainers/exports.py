@@ -19,7 +19,8 @@ EXPORT_MODEL_PREFIX = "model"
 
 
 def _save_dense_inference_model(ctx: WorkerContext, prefix: Path) -> None:
-    """Worker 0: the inference program (pooled embeddings + dense -> p) with the dense
+    """Worker 0: the inference program (pooled embeddings, sequences with their masks,
+    dense -> p) with the dense
     tables as the servers hold them once settled. ``fleet.save_inference_model`` would also
     make every server dump its whole sparse table, which the artifact takes from the
     checkpoints instead (only the keys a pass touched)."""
@@ -29,7 +30,8 @@ def _save_dense_inference_model(ctx: WorkerContext, prefix: Path) -> None:
     program = paddle.static.default_main_program()
     graph = ctx.graph
     block = program.global_block()
-    feeds = [block.var(n) for n in graph.pooled.values()]
+    names = [*graph.pooled.values(), *(n for pair in graph.sequences.values() for n in pair)]
+    feeds = [block.var(n) for n in names]
     if graph.dense_var:
         feeds.append(block.var(graph.dense_var))
     paddle.static.save_inference_model(
@@ -57,8 +59,10 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
             export_version=EXPORT_VERSION,
             pass_id=pass_id,
             model=ctx.cfg.model.model,
+            network=ctx.cfg.model.network_path,
             model_prefix=EXPORT_MODEL_PREFIX,
             slot_feeds=ctx.graph.pooled,
+            sequence_feeds=ctx.graph.sequences,
             dense_feed=ctx.graph.dense_var,
             embedding_dim=ctx.cfg.model.hyper_parameters.sparse_feature_dim,
             saved_value_layout=saved_value_layout(ctx.cfg.model).to_dict(),

@@ -2,6 +2,7 @@
 
     streamrec cluster --config C                 # one host: every member on loopback
     streamrec cluster --config C [--node NAME]   # on each host of cluster.nodes
+    streamrec cluster --config C --warm-start P  # a fresh model from another's (warm_start)
 
 Every host runs the same command; its node agent (``trainers.node_agent``) starts that
 host's servers and workers with fleetrun and restarts them with every other host's when
@@ -18,12 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from streamrec.config import PipelineConfig, dump_config, load_config
+from streamrec.config import PipelineConfig, derived, dump_config, load_config
 from streamrec.entry import run_command
 from streamrec.redis_conn import require_credentials
 from streamrec.signals import ignore_stop_signals
 from trainers.control_plane import ClusterClient
 from trainers.devices import check_device
+from trainers.network_check import check_network
 from trainers.node_processes import NodeProcesses, stop_gracefully, wait_for_workers
 from trainers.topology import LOCAL_NODE, Role, Topology, detect_node, local_addresses
 
@@ -40,10 +42,14 @@ class LocalCluster:
         self.log_dir = Path(cfg.paths.work_root) / "cluster-logs"
         self.client = ClusterClient.from_config(cfg)
         self._processes: NodeProcesses | None = None
+        self._network_checked = False
 
     def start(self) -> None:
         """Launch servers and workers and wait until every worker sends a heartbeat."""
         check_device(self.cfg.cluster.use_gpu)
+        if not self._network_checked:
+            check_network(self.config_path)
+            self._network_checked = True
         c = self.cfg.cluster
         topology = Topology.loopback(c.servers, c.workers)
         self._processes = NodeProcesses(self.config_path, topology, LOCAL_NODE, self.log_dir)
@@ -136,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         help="which of cluster.nodes this host is (default: the node at one of its addresses)",
     )
     parser.add_argument(
+        "--warm-start",
+        type=Path,
+        metavar="PATH",
+        help="start a fresh cluster from this model (checkpoints.warm_start): another "
+        "pipeline's checkpoint root or save, or a directory Paddle's PS saved",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="a probe: exit 0 if this node's agent heartbeats with its members running",
@@ -148,6 +161,9 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from trainers.node_agent import NodeAgent
 
     cfg = load_config(args.config)
+    if args.warm_start is not None:
+        warm = {"warm_start": str(args.warm_start.resolve())}
+        cfg = derived(cfg, "--warm-start", checkpoints=warm)
     if cfg.uses_embedded_services:
         parser.error("the config says 'embedded': give real Kafka/Redis addresses")
     topology = Topology.from_config(cfg.cluster)
@@ -155,9 +171,10 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.check:
         return check_node(cfg, node)
     check_device(cfg.cluster.use_gpu)
-    require_credentials(cfg.redis)  # before fleetrun: its workers would fail one by one
     work = Path(cfg.paths.work_root)
     resolved = dump_config(cfg, work / f"cluster.{node}.resolved.yaml")
+    check_network(resolved)  # the config whole before any service: a bad one is exit 2
+    require_credentials(cfg.redis)  # before fleetrun: its workers would fail one by one
     agent = NodeAgent(cfg, resolved, topology, node)
     try:
         agent.run()

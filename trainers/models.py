@@ -1,19 +1,24 @@
-"""Static-graph CTR models for the parameter-server cluster, chosen by name from config:
-``ctr_dnn``, ``wide_deep`` and ``deepfm``.
+"""The static-graph program the cluster trains: the pipeline's part around the network.
 
-Every model reads the same inputs (one ``sparse_embedding`` lookup per slot into the shared
-table ``SPARSE_TABLE``, sum-pooled; one ``dense`` vector; ``label``) and returns a
-``ModelGraph``. The pooled embeddings are named feeds of the inference program, so the
-exported dense program takes embeddings as input and serving looks keys up itself.
+Before the network (``streamrec.network``, named by ``model.network``): one
+``sparse_embedding`` lookup per slot into the shared table ``SPARSE_TABLE``, pooled as the
+schema says (sum, mean, or a padded sequence with its mask), and the dense vector. After
+it: the bias ``LOGIT_BIAS`` (the intercept refit moves it), the sigmoid, the loss and the
+metric accumulators. The pooled embeddings and the sequences are named feeds of the
+inference program, so the exported dense program takes embeddings as input and serving
+looks keys up itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from streaming.pipe_reader import DENSE_VAR, LABEL_VAR
-from streamrec.config import HyperParameters, SchemaConfig
+from streamrec.config import ModelConfig, SchemaConfig
+from streamrec.errors import ConfigError
+from streamrec.network import LOGIT_BIAS, NetworkInputs, SequenceInput
+from trainers.network_loader import load_network
 
 SPARSE_TABLE = "SparseFeatFactors"
 AUC_BUCKETS = 4095
@@ -26,14 +31,11 @@ class ModelGraph:
     use_vars: list[Any]  # reader order: sparse slots, dense, label
     predict: Any  # click probability, shape [-1, 1]
     loss: Any
-    pooled: dict[str, str]  # slot name -> pooled embedding var name (inference feed)
+    pooled: dict[str, str]  # pooled slot -> its embedding var's name (inference feed)
+    sequences: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) var names (feeds)
     logit_bias: str  # the dense parameter that adds straight to the logit (``intercept``)
     dense_var: str | None
     stat_vars: dict[str, Any]  # metric accumulators, summed across workers
-
-
-class CtrModel(Protocol):
-    def build(self, schema: SchemaConfig, hp: HyperParameters) -> ModelGraph: ...
 
 
 def _accumulate(paddle: Any, name: str, batch_value: Any) -> Any:
@@ -69,148 +71,95 @@ def metric_stats(paddle: Any, predict: Any, label: Any) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _Inputs:
-    """What every model reads: per-slot pooled embeddings, the dense vector, the label."""
+    """The network's inputs and what the program reads them from."""
 
     use_vars: list[Any]
-    pooled: list[Any]  # [batch, sparse_feature_dim] per slot: embed_w, then embedx
-    dense: Any | None
+    network: NetworkInputs
     label: Any
 
 
-def _inputs(paddle: Any, schema: SchemaConfig, hp: HyperParameters) -> _Inputs:
+def _inputs(paddle: Any, schema: SchemaConfig, dim: int) -> _Inputs:
     init = paddle.nn.initializer.Uniform(-0.01, 0.01)
-    slots = [
-        paddle.static.data(name=s.name, shape=[-1, 1], dtype="int64", lod_level=1)
-        for s in schema.sparse
-    ]
-    pooled = []
-    for var in slots:
+    use_vars: list[Any] = []
+    pooled: dict[str, Any] = {}
+    sequences: dict[str, SequenceInput] = {}
+    for slot in schema.sparse:
+        var = paddle.static.data(name=slot.name, shape=[-1, 1], dtype="int64", lod_level=1)
+        use_vars.append(var)
         emb = paddle.static.nn.sparse_embedding(
             input=var,
-            size=[1 << 20, hp.sparse_feature_dim],
+            size=[1 << 20, dim],
             param_attr=paddle.ParamAttr(name=SPARSE_TABLE, initializer=init),
         )
-        pooled.append(paddle.static.nn.sequence_lod.sequence_pool(emb, "sum"))
-    use_vars = list(slots)
+        if slot.pooling == "sequence":
+            pad = paddle.full(shape=[1], fill_value=0.0, dtype="float32")
+            values, length = paddle.static.nn.sequence_lod.sequence_pad(
+                emb, pad, maxlen=slot.max_length
+            )
+            mask = paddle.nn.functional.sequence_mask(
+                paddle.reshape(length, [-1]), maxlen=slot.max_length, dtype="float32"
+            )
+            sequences[slot.name] = SequenceInput(values, mask)
+        else:
+            kind = "average" if slot.pooling == "mean" else "sum"
+            pooled[slot.name] = paddle.static.nn.sequence_lod.sequence_pool(emb, kind)
     dense = None
     if schema.dense:
         dense = paddle.static.data(name=DENSE_VAR, shape=[-1, len(schema.dense)], dtype="float32")
         use_vars.append(dense)
     label = paddle.static.data(name=LABEL_VAR, shape=[-1, 1], dtype="int64")
     use_vars.append(label)
-    return _Inputs(use_vars, pooled, dense, label)
+    dims = {s.name: dim for s in schema.sparse}
+    return _Inputs(use_vars, NetworkInputs(pooled, sequences, dense, dims), label)
 
 
-def _out_bias(prefix: str) -> str:
-    """The bias of an MLP's logit layer: it adds straight to the model's logit."""
-    return f"{prefix}.out.b"
-
-
-def _mlp(paddle: Any, x: Any, sizes: list[int], prefix: str) -> Any:
-    """ReLU layers of ``sizes``, then one logit."""
-    for i, width in enumerate(sizes):
-        x = paddle.static.nn.fc(
-            x,
-            width,
-            activation="relu",
-            weight_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.w"),
-            bias_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.b"),
+def _network_logit(paddle: Any, model: ModelConfig, inputs: NetworkInputs) -> Any:
+    """The network's logit, checked: a failure while building, or a shape other than
+    [batch, 1], is a ConfigError naming model.network."""
+    network = load_network(model)
+    try:
+        logit = network.logit(inputs)
+    except Exception as e:  # the user's graph code: report it as the config's fault
+        raise ConfigError(
+            f"model.network: building {model.network_path} failed: {type(e).__name__}: {e}"
+        ) from e
+    shape = list(getattr(logit, "shape", []) or [])
+    if not isinstance(logit, paddle.static.Variable) or len(shape) != 2 or shape[1] != 1:
+        raise ConfigError(
+            f"model.network: {model.network_path}.logit returned "
+            f"{'shape ' + str(shape) if shape else type(logit).__name__}; it must return one "
+            "logit per row, a tensor of shape [batch, 1]"
         )
-    return paddle.static.nn.fc(
-        x,
-        1,
-        weight_attr=paddle.ParamAttr(name=f"{prefix}.out.w"),
-        bias_attr=paddle.ParamAttr(name=_out_bias(prefix)),
+    return logit
+
+
+def build_model(schema: SchemaConfig, model: ModelConfig) -> ModelGraph:
+    """The training program's graph in the current static program: inputs, the network
+    ``model.network`` names, its bias, the loss and the metric accumulators."""
+    import paddle
+
+    inputs = _inputs(paddle, schema, model.hyper_parameters.sparse_feature_dim)
+    bias = paddle.static.create_parameter(
+        shape=[1],
+        dtype="float32",
+        name=LOGIT_BIAS,
+        default_initializer=paddle.nn.initializer.Constant(0.0),
     )
-
-
-def _graph(
-    paddle: Any, inputs: _Inputs, schema: SchemaConfig, logit: Any, logit_bias: str
-) -> ModelGraph:
+    logit = _network_logit(paddle, model, inputs.network) + bias
     predict = paddle.nn.functional.sigmoid(logit)
     loss = paddle.mean(
         paddle.nn.functional.binary_cross_entropy_with_logits(
             logit, paddle.cast(inputs.label, "float32")
         )
     )
+    net = inputs.network
     return ModelGraph(
         use_vars=inputs.use_vars,
         predict=predict,
         loss=loss,
-        pooled={s.name: v.name for s, v in zip(schema.sparse, inputs.pooled, strict=True)},
-        logit_bias=logit_bias,
-        dense_var=inputs.dense.name if inputs.dense is not None else None,
+        pooled={name: v.name for name, v in net.pooled.items()},
+        sequences={name: (q.values.name, q.mask.name) for name, q in net.sequences.items()},
+        logit_bias=LOGIT_BIAS,
+        dense_var=net.dense.name if net.dense is not None else None,
         stat_vars=metric_stats(paddle, predict, inputs.label),
     )
-
-
-def _first_order(paddle: Any, inputs: _Inputs) -> Any:
-    """Sum over slots of each key's scalar weight (``embed_w``), plus a linear dense term:
-    the logistic-regression part of Wide&Deep and DeepFM."""
-    weights = paddle.concat([v[:, :1] for v in inputs.pooled], axis=1)
-    logit = paddle.sum(weights, axis=1, keepdim=True)
-    if inputs.dense is not None:
-        logit = logit + paddle.static.nn.fc(
-            inputs.dense,
-            1,
-            weight_attr=paddle.ParamAttr(name="wide.dense.w"),
-            bias_attr=paddle.ParamAttr(name="wide.dense.b"),
-        )
-    return logit
-
-
-def _factors(inputs: _Inputs) -> list[Any]:
-    return [v[:, 1:] for v in inputs.pooled]  # embedx: the latent vector of each slot
-
-
-def _with_dense(inputs: _Inputs, features: list[Any]) -> list[Any]:
-    return features + ([inputs.dense] if inputs.dense is not None else [])
-
-
-class CtrDnn:
-    """PaddleRec's CTR DNN: pooled slot embeddings + dense features -> MLP -> sigmoid."""
-
-    def build(self, schema: SchemaConfig, hp: HyperParameters) -> ModelGraph:
-        import paddle
-
-        inputs = _inputs(paddle, schema, hp)
-        features = _with_dense(inputs, inputs.pooled)
-        logit = _mlp(paddle, paddle.concat(features, axis=1), hp.fc_sizes, "dnn")
-        return _graph(paddle, inputs, schema, logit, _out_bias("dnn"))
-
-
-class WideDeep:
-    """Wide&Deep (PaddleRec models/rank/wide_deep): a wide linear part over each key's
-    scalar weight and the dense features, plus a deep MLP over the slots' latent vectors
-    and the dense features; one shared sparse table holds both parts of every key."""
-
-    def build(self, schema: SchemaConfig, hp: HyperParameters) -> ModelGraph:
-        import paddle
-
-        inputs = _inputs(paddle, schema, hp)
-        deep_in = _with_dense(inputs, _factors(inputs))
-        deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
-        logit = _first_order(paddle, inputs) + deep
-        return _graph(paddle, inputs, schema, logit, _out_bias("deep"))
-
-
-class DeepFM:
-    """DeepFM (PaddleRec models/rank/deepfm): first-order weights, second-order factorization
-    machine interactions between the slots' latent vectors, and a deep MLP over them."""
-
-    def build(self, schema: SchemaConfig, hp: HyperParameters) -> ModelGraph:
-        import paddle
-
-        inputs = _inputs(paddle, schema, hp)
-        factors = _factors(inputs)
-        stacked = paddle.stack(factors, axis=1)  # [batch, slots, embedx_dim]
-        summed_square = paddle.square(paddle.sum(stacked, axis=1))
-        square_summed = paddle.sum(paddle.square(stacked), axis=1)
-        fm = 0.5 * paddle.sum(summed_square - square_summed, axis=1, keepdim=True)
-        deep_in = _with_dense(inputs, factors)
-        deep = _mlp(paddle, paddle.concat(deep_in, axis=1), hp.fc_sizes, "deep")
-        logit = _first_order(paddle, inputs) + fm + deep
-        return _graph(paddle, inputs, schema, logit, _out_bias("deep"))
-
-
-MODELS: dict[str, type[CtrModel]] = {"ctr_dnn": CtrDnn, "wide_deep": WideDeep, "deepfm": DeepFM}

@@ -26,6 +26,7 @@ from trainers.checkpoints import (
     write_info,
 )
 from trainers.results import SaveSummary
+from trainers.warm_start import check_warm_start
 from trainers.worker_context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,7 @@ def save(
         consumed_to=manifest.consumed_to,
         resume_offsets=manifest.resume_offsets,
         train=train,
+        model=ctx.signature,
     )
     tmp = root / f".{info.name}.tmp-{command_id}"
     final = root / info.name
@@ -129,18 +131,24 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any
 
 def restore(ctx: WorkerContext) -> CheckpointInfo | None:
     """Load the newest complete chain (base, then its deltas in order) into the servers.
-    Every worker calls it at start; an empty checkpoint root starts a fresh model."""
+    Every worker calls it at start; an empty checkpoint root starts a fresh model, from
+    ``checkpoints.warm_start`` when it names one (checked at the command's start)."""
     from paddle.distributed import fleet
 
     root = Path(ctx.cfg.paths.checkpoint_root)
     chain = restore_chain(root)
-    for info in chain:
-        fleet.load_model(str(root / info.name), mode=0)
+    saves = [root / info.name for info in chain]
+    warm = None if chain else check_warm_start(ctx.cfg, ctx.signature)
+    if warm is not None:
+        saves = list(warm.saves)
+        log.info("warm start from %s (%d saves)", ctx.cfg.checkpoints.warm_start, len(saves))
+    for directory in saves:
+        fleet.load_model(str(directory), mode=0)
 
     def count_keys() -> None:
-        for info in chain:
-            keys = saved_keys(root / info.name)
-            ctx.table_keys = keys if info.is_base else np.union1d(ctx.table_keys, keys)
+        for i, directory in enumerate(saves):
+            keys = saved_keys(directory)
+            ctx.table_keys = keys if i == 0 else np.union1d(ctx.table_keys, keys)
 
     ctx.leader_only(count_keys)
     ctx.chain = chain

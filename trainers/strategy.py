@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamrec.config import ModelConfig, PipelineConfig
-from trainers.models import MODELS, SPARSE_TABLE, ModelGraph
+from trainers.models import SPARSE_TABLE, ModelGraph, build_model
 
 SGD_RULES = {
     "naive": "SparseNaiveSGDRule",
@@ -54,6 +54,13 @@ def saved_value_layout(model: ModelConfig) -> SavedValueLayout:
         embedx_w_column=_EMBED_W_COLUMN + 1 + _rule_state_width(table.rule, 1),
         embedx_dim=embedx_dim,
     )
+
+
+def saved_row_width(model: ModelConfig) -> int:
+    """Columns of a line the servers save for one key, the key included."""
+    layout = saved_value_layout(model)
+    rule = model.hyper_parameters.sparse_table.rule
+    return layout.embedx_w_column + layout.embedx_dim + _rule_state_width(rule, layout.embedx_dim)
 
 
 def sparse_table_configs(model: ModelConfig) -> dict[str, dict[str, Any]]:
@@ -131,7 +138,7 @@ def build_distributed_program(cfg: PipelineConfig) -> ModelGraph:
     fleet.init(is_collective=False)
     if cfg.model.seed is not None:
         seed_programs(cfg.model.seed)
-    graph = MODELS[cfg.model.model]().build(cfg.feature_schema, cfg.model.hyper_parameters)
+    graph = build_model(cfg.feature_schema, cfg.model)
     optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg.model))
     optimizer.minimize(graph.loss)
     return graph

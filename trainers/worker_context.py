@@ -16,9 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from streamrec.config import PipelineConfig
-from trainers.checkpoints import (
-    CheckpointInfo,
-)
+from trainers.checkpoints import CheckpointInfo, ModelSignature
 from trainers.dense_average import IterateAverage
 from trainers.models import ModelGraph
 from trainers.sync_mode import SyncRounds
@@ -36,6 +34,7 @@ class WorkerContext:
     rank: int
     workers: int
     scoring: Any  # the forward-only program reads that only score run (``scoring_program``)
+    signature: ModelSignature  # what every save records of the model (``warm_start``)
     # the stage and how long it may block heartbeats, e.g. into the worker's heartbeat
     report: Callable[[str, float], None] = lambda stage, hold_s: None
     chain: list[CheckpointInfo] = field(default_factory=list)  # the saves the model is in

@@ -183,3 +183,11 @@ class CheckpointConfig(_Strict):
     keep_bases: int = Field(
         3, ge=1, description="Complete bases kept (with their deltas); older ones are deleted."
     )
+    warm_start: Path | None = Field(
+        None,
+        description="A fresh cluster starts from this model instead of from random: another "
+        "pipeline's checkpoint root, one of its saves, or a directory Paddle's parameter "
+        "server saved (fleet.save_persistables); relative to this file. It must fit the "
+        "configured schema, tables and network (checked at start). Ignored once this "
+        "pipeline has a checkpoint of its own.",
+    )

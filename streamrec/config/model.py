@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from streamrec.config.base import _Strict
+from streamrec.network import IMPORT_PATH, SHIPPED
 
 
 class OptimizerConfig(_Strict):
@@ -99,9 +101,16 @@ class HyperParameters(_Strict):
     sparse_feature_dim: int = Field(
         9, ge=2, description="Embedding width pulled per key (1 embed_w + embedx_dim)."
     )
-    fc_sizes: list[int] = Field([64, 32], min_length=1, description="Hidden layer widths.")
     optimizer: OptimizerConfig
     sparse_table: SparseTableConfig = SparseTableConfig()
+
+    # every other key is the network's own, validated by its Params (streamrec.network)
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    @property
+    def network_params(self) -> dict[str, Any]:
+        """The keys of this block that belong to the network."""
+        return dict(self.model_extra or {})
 
 
 class RunnerConfig(_Strict):
@@ -197,8 +206,16 @@ class RunnerConfig(_Strict):
 
 
 class ModelConfig(_Strict):
-    model: Literal["ctr_dnn", "wide_deep", "deepfm"] = Field(
-        description="Model name, a key of trainers.models.MODELS."
+    model: str = Field(
+        pattern=r"^[a-z][a-z0-9_-]*$",
+        description="The model's name: its folder under paths.model_root and its registry.",
+    )
+    network: str | None = Field(
+        None,
+        description="The network, by import path 'module:Class' (the model API: "
+        "streamrec/network.py), importable from PYTHONPATH or the folder streamrec starts "
+        "in; or a shipped one: " + ", ".join(SHIPPED) + ". Default: the shipped network "
+        "the model is named after.",
     )
     seed: int | None = Field(
         2012,
@@ -211,3 +228,28 @@ class ModelConfig(_Strict):
     )
     runner: RunnerConfig = RunnerConfig()
     hyper_parameters: HyperParameters
+
+    @field_validator("network")
+    @classmethod
+    def _is_an_import_path(cls, v: str | None) -> str | None:
+        if v is not None and v not in SHIPPED and not re.match(IMPORT_PATH, v):
+            raise ValueError(
+                f"{v!r} is neither an import path 'package.module:Class' nor a shipped "
+                f"network ({', '.join(SHIPPED)})"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _names_a_network(self) -> ModelConfig:
+        if self.network is None and self.model not in SHIPPED:
+            raise ValueError(
+                f"model {self.model!r} is not a shipped network's name: set network: "
+                "'package.module:Class' (streamrec/network.py) or one of " + ", ".join(SHIPPED)
+            )
+        return self
+
+    @property
+    def network_path(self) -> str:
+        """The network's import path, 'module:Class'."""
+        name = self.network or self.model
+        return SHIPPED.get(name, name)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from streamrec.config.base import EMBEDDED, _Strict
 from streamrec.config.cluster import CheckpointConfig, ClusterConfig, PathConfig
@@ -49,6 +49,24 @@ class PipelineConfig(_Strict):
     )
     retention: RetentionConfig = RetentionConfig()
     serving: ServingConfig = ServingConfig()
+
+    @model_validator(mode="after")
+    def _interest_names_the_schema(self) -> PipelineConfig:
+        interest = self.synthetic.interest
+        if interest is not None:
+            slots = {s.name: s for s in self.feature_schema.sparse}
+            history, target = slots.get(interest.history), slots.get(interest.target)
+            if history is None or history.pooling != "sequence":
+                raise ValueError(
+                    f"synthetic.interest.history {interest.history!r} must be a sparse slot "
+                    "with pooling: sequence"
+                )
+            if target is None or target.multi:
+                raise ValueError(
+                    f"synthetic.interest.target {interest.target!r} must be a single-value "
+                    "sparse slot"
+                )
+        return self
 
     @property
     def uses_embedded_services(self) -> bool:
@@ -148,6 +166,9 @@ def load_config(path: str | Path) -> PipelineConfig:
             k: str((path.parent / v).resolve()) if isinstance(v, str) else v
             for k, v in paths.items()
         }
+    checkpoints = raw.get("checkpoints")
+    if isinstance(checkpoints, dict) and isinstance(checkpoints.get("warm_start"), str):
+        checkpoints["warm_start"] = str((path.parent / checkpoints["warm_start"]).resolve())
     try:
         return PipelineConfig.model_validate(raw)
     except ValidationError as e:

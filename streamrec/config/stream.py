@@ -3,6 +3,8 @@ and the synthetic stream of the demo and the tests."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from streamrec.config.base import RESERVED_COLUMNS, _Strict
@@ -43,6 +45,28 @@ class PassConfig(_Strict):
         return v
 
 
+class InterestConfig(_Strict):
+    """A click history that matters (``streaming.synthetic``): each event has a few interest
+    clusters (a value's id modulo ``clusters`` is its cluster), its ``history`` slot lists
+    ``target`` values drawn mostly from them, its target is one of them a ``focus`` share
+    of the time, and the logit gains ``weight`` when any history item shares the target's
+    cluster. A network that matches the target against each item (attention) sees that;
+    one that averages the history first sees it blurred."""
+
+    history: str = Field(description="A sparse slot with pooling: sequence (the history).")
+    target: str = Field(description="A single-value sparse slot whose values the history lists.")
+    clusters: int = Field(32, ge=2, description="Interest clusters of the target's values.")
+    interests: int = Field(3, ge=1, description="Interest clusters of one event.")
+    weight: float = Field(3.0, description="Logit of a history item in the target's cluster.")
+    focus: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="Share of history items, and of targets, from the event's interests.",
+    )
+    max_history: int = Field(10, ge=1, description="History lengths are uniform in 1..this.")
+
+
 class SyntheticConfig(_Strict):
     seed: int = Field(7, description="Seed of the generating model and the event stream.")
     events_per_pass: int = Field(20000, ge=1, description="Impressions generated per pass.")
@@ -63,12 +87,51 @@ class SyntheticConfig(_Strict):
     )
     weight_scale: float = Field(0.8, gt=0, description="Std-dev of per-value logit weights.")
     bias: float = Field(-1.5, description="Logit bias of the generating model.")
+    interest: InterestConfig | None = Field(
+        None, description="A click history the click depends on (streaming.synthetic)."
+    )
 
 
 class SparseSlot(_Strict):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="Slot name, a field of 'sparse'.")
     multi: bool = Field(False, description="The slot holds a list of values.")
     default: str = Field("", description="Value used when the event lacks the slot.")
+    pooling: Literal["sum", "mean", "sequence"] = Field(
+        "sum",
+        description="How a multi slot's keys reach the network: their embeddings summed or "
+        "averaged, or (sequence) each key's embedding in order with a mask "
+        "(streamrec.network.SequenceInput).",
+    )
+    max_length: int | None = Field(
+        None, ge=1, le=1024, description="pooling: sequence: keys kept per row, at most."
+    )
+    keep: Literal["last", "first"] = Field(
+        "last",
+        description="pooling: sequence: which end of a longer list is kept (last: the newest, "
+        "for a history listed oldest first).",
+    )
+    keys_of: str | None = Field(
+        None,
+        description="Hash this slot's values as the named slot's: the same value is the same "
+        "key with one embedding (a click history listing item ids as item_id does).",
+    )
+
+    @property
+    def key_slot(self) -> str:
+        """The slot name a value's feature sign is hashed with."""
+        return self.keys_of or self.name
+
+    @model_validator(mode="after")
+    def _pooling_fits(self) -> SparseSlot:
+        if self.pooling != "sum" and not self.multi:
+            raise ValueError(
+                f"slot {self.name!r}: pooling {self.pooling} needs a list: set multi: true"
+            )
+        if (self.pooling == "sequence") != (self.max_length is not None):
+            raise ValueError(
+                f"slot {self.name!r}: max_length is for pooling: sequence, and required there"
+            )
+        return self
 
 
 class DenseFeature(_Strict):
@@ -87,6 +150,12 @@ class SchemaConfig(_Strict):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"feature names must be unique, repeated: {dupes}")
+        slots = {s.name for s in self.sparse}
+        for s in self.sparse:
+            if s.keys_of is not None and (s.keys_of not in slots or s.keys_of == s.name):
+                raise ValueError(
+                    f"slot {s.name!r}: keys_of {s.keys_of!r} must name another sparse slot"
+                )
         reserved = sorted(set(names) & RESERVED_COLUMNS)
         if reserved:
             raise ValueError(f"feature names {reserved} are reserved pass columns; rename them")

@@ -27,7 +27,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -44,6 +43,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from serve_process import STREAMREC, Service
 
 from ops.pass_sequence import run_pass
 from serving_export import delivery
@@ -53,7 +53,6 @@ from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
 from streaming.feature_signs import signs_of_values
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.local_services import free_port
 from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster
@@ -64,66 +63,7 @@ FIRST = "202610010000"
 PASSES = [  # 8 windows of 10 minutes
     (datetime(2026, 10, 1) + timedelta(minutes=10 * i)).strftime("%Y%m%d%H%M") for i in range(8)
 ]
-STREAMREC = str(Path(sys.executable).parent / "streamrec")
 TOKEN_ENV = "SR_TEST_SERVING_TOKEN"
-
-
-class Service:
-    """`streamrec serve` as a process, on its own port."""
-
-    def __init__(self, config: Path, store: str, log: Path, runtime: str = "paddle") -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._log = open(log, "w")  # noqa: SIM115  closed in stop()
-        self.proc = subprocess.Popen(
-            [
-                STREAMREC,
-                "serve",
-                "--config",
-                str(config),
-                "--port",
-                str(self.port),
-                "--sparse-store",
-                store,
-                "--runtime",
-                runtime,
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        self.client = httpx.Client(base_url=self.url, timeout=30)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, log.read_text()
-            try:
-                if self.client.get("/healthz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise AssertionError(f"streamrec serve did not answer: {log.read_text()}")
-
-    def wait_for(self, version: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            r = self.client.get("/readyz")
-            if r.status_code == 200 and r.json()["version"] == version:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"{self.url} did not load {version}: {self.client.get('/readyz')}")
-
-    def predict(self, events: list[dict[str, Any]]) -> tuple[str, np.ndarray]:
-        r = self.client.post("/predict", json={"events": events})
-        assert r.status_code == 200, r.text
-        return r.json()["version"], np.array(r.json()["p_click"])
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:  # uvicorn shuts down gracefully, then re-raises the signal it caught
-            assert self.proc.wait(timeout=30) in (0, -signal.SIGTERM)
-        finally:
-            self.proc.kill()
-            self._log.close()
-            self.client.close()
 
 
 @dataclass

@@ -22,7 +22,8 @@ from streaming.pipe_reader import (
     slot_order,
     text_command,
 )
-from streamrec.config import PipelineConfig
+from streaming.sequences import cut_list
+from streamrec.config import PipelineConfig, derived
 
 
 def _table(cfg: PipelineConfig) -> pa.Table:
@@ -158,3 +159,41 @@ def test_instance_ids_survive_paddle_whitespace_splitting(shipped_config: Pipeli
     assert unquote(first[1]) == "a b%c\td"
     assert [line.split(" ", 2)[2] for line in lines] == plain
     assert pipe_command(shipped_config.feature_schema, ins_id=True).endswith(" --ins-id")
+
+
+def test_a_sequence_slot_is_cut_as_serving_cuts_it(
+    shipped_config: PipelineConfig, tmp_path: Path
+) -> None:
+    """A ``pooling: sequence`` slot reaches training cut to ``max_length`` at the end it
+    keeps, in the event's order, through the very pipe command Paddle runs; the rows are
+    the ones ``streaming.sequences.cut_list`` (serving's rule) gives, hashed as the slot
+    named by ``keys_of`` where there is one."""
+    histories = [["t1", "t2", "t3", "t4"], ["t9"], []]
+    for keep, shared in (("last", {}), ("first", {"keys_of": "item_id"})):
+        key_slot = shared.get("keys_of", "tags")  # hashed as item_id: the same keys
+        sparse = [
+            {**s.model_dump(), "pooling": "sequence", "max_length": 2, "keep": keep, **shared}
+            if s.name == "tags"
+            else s.model_dump()
+            for s in shipped_config.feature_schema.sparse
+        ]
+        schema = derived(shipped_config, "test", feature_schema={"sparse": sparse}).feature_schema
+        table = pa.concat_tables([_table(shipped_config), _table(shipped_config)]).slice(0, 3)
+        table = table.set_column(
+            table.schema.get_field_index("tags"),
+            "tags",
+            pa.array(histories, table.schema.field("tags").type),
+        )
+        pq.write_table(table, tmp_path / "part.parquet")
+        cmd = f"cat {tmp_path / 'part.parquet'} | {pipe_command(schema)}"
+        out = subprocess.run(cmd, shell=True, capture_output=True, check=True).stdout
+        order = slot_order(schema)
+        for line, history in zip(out.decode().splitlines(), histories, strict=True):
+            fields = line.split()
+            at = 0
+            for _ in order[: order.index("tags")]:
+                at += 1 + int(fields[at])
+            n = int(fields[at])
+            kept = cut_list(history or [""], 2, keep)  # an empty list is the default's
+            assert fields[at + 1 : at + 1 + n] == [str(feature_sign(key_slot, v)) for v in kept]
+        assert cut_list(histories[0], 2, keep) == (["t3", "t4"] if keep == "last" else ["t1", "t2"])

@@ -1,0 +1,81 @@
+"""The public model API: what a network receives from the pipeline and what it returns.
+
+A model YAML names its network by import path, ``network: mypkg.nets:MyNet``; the built-ins
+(``ctr_dnn``, ``wide_deep``, ``deepfm`` in ``trainers.networks``) are ordinary users of it.
+``MyNet`` is a class (any callable) with
+
+- ``Params``: a pydantic model of its hyper-parameters. Every key of the YAML's
+  ``hyper_parameters`` block that the engine does not own (``sparse_feature_dim``,
+  ``optimizer``, ``sparse_table``) is validated by it; a key it does not declare is an error.
+  A network without hyper-parameters leaves ``Params`` out.
+- ``MyNet(params)`` returns a ``Network``: an object whose ``logit(inputs)`` builds the
+  network's part of a Paddle static graph and returns the logit, shape ``[batch, 1]``.
+
+The pipeline builds everything around it: the sparse lookups and their pooling before it;
+after it a scalar bias (``LOGIT_BIAS``, the one the intercept refit moves), the sigmoid,
+the loss, the progressive metrics. The same ``logit`` is built on every worker and in the
+exported inference program, so it must only use Paddle's static-graph API (``paddle.*``,
+``paddle.static.nn.fc`` with named ``ParamAttr``); its dense parameters live on the servers
+like any other. This module imports neither paddle nor any stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+Tensor = Any  # a Paddle static-graph Variable; typed loosely so this module stays paddle-free
+
+LOGIT_BIAS = "streamrec.logit_bias"  # added to every network's logit; the refit shifts it
+SHIPPED = {  # names a model YAML may give instead of an import path
+    "ctr_dnn": "trainers.networks:CtrDnn",
+    "wide_deep": "trainers.networks:WideDeep",
+    "deepfm": "trainers.networks:DeepFM",
+}
+IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+
+
+@dataclass(frozen=True)
+class SequenceInput:
+    """A ``pooling: sequence`` slot: each row's keys in order (oldest first), padded or cut
+    to the slot's ``max_length``."""
+
+    values: Tensor  # [batch, max_length, dim] float32; zeros where the mask is 0
+    mask: Tensor  # [batch, max_length] float32: 1 for a key, 0 for padding
+
+
+@dataclass(frozen=True)
+class NetworkInputs:
+    """Everything a network reads, by the feature schema's slot names."""
+
+    pooled: Mapping[str, Tensor]  # every slot but the sequences: [batch, dim], sum or mean
+    sequences: Mapping[str, SequenceInput]  # the ``pooling: sequence`` slots
+    dense: Tensor | None  # [batch, len(schema.dense)] float32; None without dense features
+    dims: Mapping[str, int]  # each slot's embedding width: column 0 is the key's scalar
+    # weight (embed_w), the rest its latent vector (embedx)
+
+
+@runtime_checkable
+class Network(Protocol):
+    """A built network: ``logit`` adds its ops to the current static program."""
+
+    def logit(self, inputs: NetworkInputs) -> Tensor:
+        """The logit of each row, shape ``[batch, 1]``, before the pipeline's bias."""
+        ...
+
+
+class NoParams(BaseModel):
+    """The hyper-parameters of a network that declares none."""
+
+    model_config = {"extra": "forbid", "frozen": True}
+
+
+class NetworkFactory(Protocol):
+    """What ``network: module:Name`` names: ``Name(params)`` makes the ``Network``."""
+
+    Params: ClassVar[type[BaseModel]]
+
+    def __call__(self, params: Any) -> Network: ...

@@ -1,0 +1,91 @@
+"""Load the network a model YAML names (``model.network``, the model API of
+``streamrec.network``): import it, validate its hyper-parameters, make it. Every failure is
+a ConfigError (exit 2) naming the key and the fix."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from streamrec.config import ModelConfig
+from streamrec.errors import ConfigError, broken_fields
+from streamrec.network import Network, NetworkFactory, NoParams
+
+
+def importable_here() -> None:
+    """Let a network module in the folder streamrec started in import (as uvicorn lets an
+    app): the folder goes to sys.path and, with every PYTHONPATH entry made absolute, to
+    PYTHONPATH for the cluster's processes, which run in another folder."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([cwd, *paths]))
+
+
+def network_factory(model: ModelConfig) -> NetworkFactory:
+    """The class (or callable) ``model.network`` names."""
+    path = model.network_path
+    module_name, _, attr = path.partition(":")
+    importable_here()
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(
+            f"model.network: cannot import {module_name!r} ({e}): install its package or "
+            "put its folder on PYTHONPATH"
+        ) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigError(
+            f"model.network: {module_name!r} has no class {attr!r}: name the network's class "
+            "as 'module:Class'"
+        )
+    params = getattr(factory, "Params", NoParams)
+    if not (isinstance(params, type) and issubclass(params, BaseModel)):
+        raise ConfigError(
+            f"model.network: {path}.Params is {params!r}, not a pydantic model: declare the "
+            "hyper-parameters as 'class Params(pydantic.BaseModel)'"
+        )
+    return factory
+
+
+def network_params(model: ModelConfig, factory: NetworkFactory) -> BaseModel:
+    """The network's hyper-parameters from the YAML's ``hyper_parameters`` block."""
+    schema: type[BaseModel] = getattr(factory, "Params", NoParams)
+    given = model.hyper_parameters.network_params
+    unknown = sorted(set(given) - set(schema.model_fields))
+    if unknown:
+        raise ConfigError(
+            f"model.hyper_parameters.{unknown[0]}: {model.network_path} declares no such "
+            f"hyper-parameter (it has: {', '.join(schema.model_fields) or 'none'}): remove "
+            "it or fix its spelling"
+        )
+    try:
+        return schema.model_validate(given)
+    except ValidationError as e:
+        raise ConfigError(
+            "model.hyper_parameters."
+            + broken_fields(e).replace("; ", "; model.hyper_parameters.")
+            + f" (declared by {model.network_path}.Params)"
+        ) from None
+
+
+def load_network(model: ModelConfig) -> Network:
+    """The network the model YAML names, made with its hyper-parameters."""
+    factory = network_factory(model)
+    params = network_params(model, factory)
+    try:
+        network: Any = factory(params)
+    except Exception as e:  # the user's constructor: any failure is a config failure
+        raise ConfigError(f"model.network: {model.network_path}(params) failed: {e!r}") from e
+    if not isinstance(network, Network):
+        raise ConfigError(
+            f"model.network: {model.network_path}(params) made a {type(network).__name__} "
+            "without a logit(inputs) method (streamrec.network.Network)"
+        )
+    return network
