@@ -31,12 +31,22 @@ def _save_dense_inference_model(ctx: WorkerContext, prefix: Path) -> None:
     graph = ctx.graph
     block = program.global_block()
     names = [*graph.pooled.values(), *(n for pair in graph.sequences.values() for n in pair)]
-    feeds = [block.var(n) for n in names]
-    if graph.dense_var:
-        feeds.append(block.var(graph.dense_var))
+    names += [graph.dense_var] if graph.dense_var else []
+    # a network need not read every input (the dense features, a mask): Paddle refuses a
+    # feed the prediction does not depend on, and serving feeds what the program asks for
+    feeds = [block.var(n) for n in _needed(block, graph.predict.name, names)]
     paddle.static.save_inference_model(
         str(prefix), feeds, [graph.predict], ctx.exe, program=program
     )
+
+
+def _needed(block: Any, target: str, names: list[str]) -> list[str]:
+    """Those of ``names`` that ``target`` is computed from, in their order."""
+    needed = {target}
+    for op in reversed(block.ops):
+        if needed.intersection(op.output_arg_names):
+            needed.update(op.input_arg_names)
+    return [n for n in names if n in needed]
 
 
 def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
