@@ -48,6 +48,7 @@ def _config(repo: Path, tmp_path: Path, network: str, **params: Any) -> Path:
         ("broken_nets:WrongShape", {"widht": 1}, "model.hyper_parameters.widht", "spelling"),
         ("broken_nets:WrongShape", {"width": 0}, "model.hyper_parameters.width", "greater"),
         ("broken_nets:WrongShape", {"width": 4}, "model.network", "shape [-1, 4]"),
+        ("ctr_dnn", {"fc_sizes": "wide"}, "model.hyper_parameters.fc_sizes", "valid list"),
     ],
 )
 def test_cluster_start_refuses_the_network_naming_the_key(
