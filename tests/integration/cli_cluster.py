@@ -3,6 +3,7 @@ heartbeats, stopped with SIGTERM (killed with its group if it overruns)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,3 +51,10 @@ def cli_cluster(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         log.close()
+
+
+def cli_json(*args: str) -> dict:
+    """``streamrec *args``, which must succeed; the JSON of its last output line."""
+    done = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

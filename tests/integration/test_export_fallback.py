@@ -7,29 +7,21 @@ inference to 1e-5."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
-from cli_cluster import CLI, cli_cluster
+from cli_cluster import cli_cluster, cli_json
+from pass_rows import cluster_scores, pass_events
 from serve_process import Service
 
 from serving_export.delivery import evaluate
 from streamrec.config import PipelineConfig, dump_config
-from streamrec.passes import pass_dir, read_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 OUTSIDE = Path(__file__).parent / "outside"
 FIRST = "202609200000"
-
-
-def _cli(*args: str) -> dict:
-    done = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _network(make_config) -> PipelineConfig:
@@ -55,10 +47,7 @@ def test_a_network_onnx_cannot_take_ships_and_serves_on_paddle(make_config, buil
         trained = client.train(passes[0])
         raw = client.export(passes[0])["raw_export"]
         workers = {w["rank"] for w in client.live_workers()}
-        scored: dict[str, float] = {}
-        for reply in client.score(passes[1]):
-            table = pq.read_table(reply["predictions"]).to_pydict()
-            scored.update(zip(table["event_id"], table["p_click"], strict=True))
+        expected = cluster_scores(client, passes[1], pass_events(cfg, passes[1]))
         assert client.train(passes[1]).test.count > 0  # the workers train on after it
         assert {w["rank"] for w in client.live_workers()} == workers
     spec = json.loads((Path(raw) / "export_spec.json").read_text())
@@ -66,24 +55,14 @@ def test_a_network_onnx_cannot_take_ships_and_serves_on_paddle(make_config, buil
     assert not list(Path(raw).glob("*.onnx"))
 
     evaluate(cfg, trained)
-    version = _cli("publish", "--config", str(config), "--raw-export", raw)["version"]
-    _cli("deliver", "--config", str(config), "--version", version)
+    version = cli_json("publish", "--config", str(config), "--raw-export", raw)["version"]
+    cli_json("deliver", "--config", str(config), "--version", version)
     artifact = Path(cfg.paths.model_root) / "soft" / version
     manifest = json.loads((artifact / "MANIFEST.json").read_text())
     assert manifest["onnx"]["file"] is None and "logcumsumexp" in manifest["onnx"]["error"]
     assert not list(artifact.glob("*.onnx"))
 
-    directory = pass_dir(cfg.paths.data_root, passes[1])
-    schema = cfg.feature_schema
-    events = [
-        {
-            "event_id": row["event_id"],
-            "sparse": {s.name: row[s.name] for s in schema.sparse},
-            "dense": {d.name: row[d.name] for d in schema.dense},
-        }
-        for part in read_manifest(directory).parts
-        for row in pq.read_table(directory / part.file).to_pylist()
-    ]
+    events = pass_events(cfg, passes[1])
     served = Service(config, "inprocess", Path(cfg.paths.work_root) / "serve.log", runtime="onnx")
     try:
         served.wait_for(version)
@@ -94,5 +73,4 @@ def test_a_network_onnx_cannot_take_ships_and_serves_on_paddle(make_config, buil
         )
     finally:
         served.stop()
-    expected = np.array([scored[e["event_id"]] for e in events])
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)

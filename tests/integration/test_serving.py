@@ -38,11 +38,11 @@ from typing import Any
 
 import httpx
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pass_rows import cluster_scores, pass_events
 from serve_process import STREAMREC, Service
 
 from ops.pass_sequence import run_pass
@@ -53,7 +53,6 @@ from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
 from streaming.feature_signs import signs_of_values
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster
 
@@ -83,27 +82,10 @@ class Stack:
         return delivery.registry_for(self.cfg).manifest(pass_id)
 
     def pass_events(self, pass_id: str) -> list[dict[str, Any]]:
-        """The rows of a pass as impression events."""
-        directory = pass_dir(self.cfg.paths.data_root, pass_id)
-        schema = self.cfg.feature_schema
-        return [
-            {
-                "event_id": row["event_id"],
-                "sparse": {s.name: row[s.name] for s in schema.sparse},
-                "dense": {d.name: row[d.name] for d in schema.dense},
-            }
-            for part in read_manifest(directory).parts
-            for row in pq.read_table(directory / part.file).to_pylist()
-        ]
+        return pass_events(self.cfg, pass_id)
 
     def cluster_scores(self, pass_id: str, events: list[dict[str, Any]]) -> np.ndarray:
-        """The cluster's predictions for ``events`` (rows of ``pass_id``), in their order."""
-        by_id = {}
-        for result in self.cluster.client.score(pass_id):
-            table = pq.read_table(result["predictions"]).to_pydict()
-            by_id.update(zip(table["event_id"], table["p_click"], strict=True))
-        assert len(by_id) == len(events)
-        return np.array([by_id[e["event_id"]] for e in events])
+        return cluster_scores(self.cluster.client, pass_id, events)
 
 
 def _post_all(service: Service, events: list[dict[str, Any]]) -> tuple[set[str], np.ndarray]:

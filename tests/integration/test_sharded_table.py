@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from hosts import Network, can_make_hosts, start_services
+from pass_rows import cluster_scores, pass_events
 
 from serving_export import delivery
 from serving_export.artifact import artifact_dir, load_sparse
@@ -105,32 +106,10 @@ def server_keys(save: Path) -> dict[int, np.ndarray]:
     return {server: saved_keys(save, server) for server in sorted(servers)}
 
 
-def _events(cfg: PipelineConfig, pass_id: str) -> list[dict[str, Any]]:
-    directory = pass_dir(cfg.paths.data_root, pass_id)
-    schema = cfg.feature_schema
-    return [
-        {
-            "event_id": row["event_id"],
-            "sparse": {s.name: row[s.name] for s in schema.sparse},
-            "dense": {d.name: row[d.name] for d in schema.dense},
-        }
-        for part in read_manifest(directory).parts
-        for row in pq.read_table(directory / part.file).to_pylist()
-    ]
-
-
-def _cluster_scores(client: ClusterClient, cfg: PipelineConfig, pass_id: str) -> np.ndarray:
-    by_id = {}
-    for result in client.score(pass_id):
-        table = pq.read_table(result["predictions"]).to_pydict()
-        by_id.update(zip(table["event_id"], table["p_click"], strict=True))
-    return np.array([by_id[e["event_id"]] for e in _events(cfg, pass_id)])
-
-
 def _served_scores(config: Path, cfg: PipelineConfig, pass_id: str, tmp: Path) -> np.ndarray:
     """``streamrec predict`` on the pass's rows, with the version serving now."""
     events = tmp / f"{pass_id}.jsonl"
-    events.write_text("".join(json.dumps(e) + "\n" for e in _events(cfg, pass_id)))
+    events.write_text("".join(json.dumps(e) + "\n" for e in pass_events(cfg, pass_id)))
     done = subprocess.run(
         [CLI, "predict", "--config", str(config), "--events", str(events)],
         capture_output=True,
@@ -206,7 +185,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, build_passes) -> Iterator[Run]
                 delivery.deliver(cfg, manifest.version)
                 state.versions[pass_id] = manifest
                 if index in (0, 2):  # a full version, then a delta on top of a delta
-                    state.cluster_scores[pass_id] = _cluster_scores(client, cfg, pass_id)
+                    state.cluster_scores[pass_id] = cluster_scores(
+                        client, pass_id, pass_events(cfg, pass_id)
+                    )
                     state.served_scores[pass_id] = _served_scores(config, cfg, pass_id, root)
             state.keys_after["pass 3"] = {
                 "sharded": state.chain_table().keys,

@@ -20,21 +20,18 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import uuid
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
-from cli_cluster import CLI, cli_cluster
+from cli_cluster import cli_cluster, cli_json
+from pass_rows import cluster_scores, pass_events
 from serve_process import Service
 
 from serving_export.delivery import evaluate
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
-from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 from trainers.results import TrainResult
 
@@ -65,27 +62,6 @@ def din(services, tmp_path_factory: pytest.TempPathFactory) -> PipelineConfig:
     )
 
 
-def _events(cfg: PipelineConfig, pass_id: str) -> list[dict[str, Any]]:
-    """A pass's rows as the impression events a client would send."""
-    directory = pass_dir(cfg.paths.data_root, pass_id)
-    schema = cfg.feature_schema
-    return [
-        {
-            "event_id": row["event_id"],
-            "sparse": {s.name: row[s.name] for s in schema.sparse},
-            "dense": {d.name: row[d.name] for d in schema.dense},
-        }
-        for part in read_manifest(directory).parts
-        for row in pq.read_table(directory / part.file).to_pylist()
-    ]
-
-
-def _cli(*args: str) -> dict[str, Any]:
-    done = subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def _auc_se(result: TrainResult) -> float:
     """Hanley and McNeil's bound on the standard error of a pass's progressive AUC."""
     test = result.test
@@ -99,20 +75,16 @@ def test_the_din_example_trains_serves_like_the_cluster_and_beats_ctr_dnn(
 ) -> None:
     passes = list(build_passes(din, FIRST, PASSES))[:PASSES]
     config = dump_config(din, Path(din.paths.work_root) / "pipeline.yaml")
-    events = _events(din, passes[-1])
+    events = pass_events(din, passes[-1])
     with cli_cluster(config, env={"PYTHONPATH": str(EXAMPLE)}) as client:
         results = [client.train(p) for p in passes[:-1]]
         raw = client.export(passes[-2])["raw_export"]
-        scored: dict[str, float] = {}
-        for reply in client.score(passes[-1]):  # the cluster's inference, before training
-            table = pq.read_table(reply["predictions"]).to_pydict()
-            scored.update(zip(table["event_id"], table["p_click"], strict=True))
+        expected = cluster_scores(client, passes[-1], events)  # before training on it
         results.append(client.train(passes[-1]))
-    expected = np.array([scored[e["event_id"]] for e in events])
 
     evaluate(din, results[-2])  # the gate's decision, as the DAG stores it
-    version = _cli("publish", "--config", str(config), "--raw-export", raw)["version"]
-    assert _cli("deliver", "--config", str(config), "--version", version)["serving"] == version
+    version = cli_json("publish", "--config", str(config), "--raw-export", raw)["version"]
+    assert cli_json("deliver", "--config", str(config), "--version", version)["serving"] == version
     served = Service(config, "inprocess", Path(din.paths.work_root) / "serve.log")
     try:
         served.wait_for(version)
