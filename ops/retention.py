@@ -47,7 +47,6 @@ from streamrec.passes import (
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import expired, list_checkpoints
-from trainers.control_plane import WORKER
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +164,10 @@ def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datet
         pass_id = r.hget(key, "pass_id")
         if pass_id and pass_id < cutoff:
             yield Deletion("redis", key, why)
-    # Stream ids are <ms>-<seq>: trim by age, but never past a command a worker has not read.
+    # Stream ids are <ms>-<seq>: trim by age, but never past a command the cluster has not run.
     oldest_kept = (int((now - timedelta(days=cfg.retention.redis_days)).timestamp() * 1000), 0)
-    for cursor in filter(None, (r.get(k) for k in r.scan_iter(keys.cursor_pattern(WORKER)))):
+    cursor = r.get(keys.cursor)
+    if cursor is not None:
         ms, seq = (int(part) for part in cursor.split("-"))
         oldest_kept = min(oldest_kept, (ms, seq + 1))
     min_id = f"{oldest_kept[0]}-{oldest_kept[1]}"

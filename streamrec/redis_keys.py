@@ -10,7 +10,8 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
                                            delivered_version
     heartbeat:<role>:<rank>        STRING  JSON {rank, pid, node, generation, state, ts}, expires
                                            after a few periods
-    cursor:<role>:<rank>           STRING  id of the last command this worker finished
+    cursor:cluster                 STRING  id of the last command the cluster finished (one
+                                           for every worker: moved with the command's outcome)
     done:<kind>:<pass_id>          STRING  the command id that completed <kind> for the pass;
                                            train/maintain markers past the model a restarted
                                            cluster restored are dropped (trained again)
@@ -69,11 +70,13 @@ class RedisKeys:
     def heartbeat_pattern(self, role: str) -> str:
         return f"{self.prefix}:heartbeat:{role}:*"
 
-    def cursor(self, role: str, rank: int) -> str:
-        return f"{self.prefix}:cursor:{role}:{rank}"
+    @property
+    def cursor(self) -> str:
+        return f"{self.prefix}:cursor:cluster"
 
-    def cursor_pattern(self, role: str) -> str:
-        return f"{self.prefix}:cursor:{role}:*"
+    def rank_cursor_pattern(self, role: str) -> str:
+        """The cursor each worker kept before the cluster's one (read once, to migrate)."""
+        return f"{self.prefix}:cursor:{role}:[0-9]*"
 
     def done(self, kind: str, pass_id: str) -> str:
         return f"{self.prefix}:done:{kind}:{pass_id}"

@@ -55,7 +55,9 @@ def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
             continue
         if channel.stale_stop(command):
             log.warning("stop command %s was sent before this cluster started: skipped", command.id)
-            channel.advance(command)
+            if ctx.leader:
+                channel.skip(command)
+            fleet.util.barrier()  # nobody reads on before the cursor moved
             continue
         channel.set_state(f"{command.kind} {command.pass_id}".strip())
         result: dict | None = None
@@ -79,9 +81,9 @@ def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:
                 error = "failed on another worker"
         channel.acknowledge(command, None if error else result)
         fleet.util.barrier()
-        if ctx.leader:
+        if ctx.leader:  # the outcome and the cluster's cursor past the command, at once
             channel.record(command, None if error else result, error)
-        channel.advance(command)
+        fleet.util.barrier()  # nobody reads the next command before the cursor moved
         channel.set_state("idle")
         if command.kind == "stop":
             return
@@ -140,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     restored = saves.restore(ctx)
     if ctx.leader:  # done markers past the restored model name work it no longer holds
         channel.forget_done_after(restored.pass_id if restored else "")
+        channel.adopt_rank_cursors()
     fleet.util.barrier()
     channel.start_heartbeat()
     log.info("worker %d/%d ready", ctx.rank, ctx.workers)

@@ -1,7 +1,12 @@
 """The Redis control plane between callers (Airflow tasks, the demo) and the cluster.
 
 Callers append commands to one stream; every worker reads every command in order, runs it
-together with the others, acknowledges it and moves its cursor. A command whose
+together with the others and acknowledges it. The cluster has one cursor, which worker 0
+moves in the transaction that records the command's outcome, and every worker reads the
+next command only after that (a barrier): a kill at any moment leaves every worker of the
+next start on the same command, which is the collectives' premise (per-worker cursors let a
+kill between two workers' moves start them on different commands, whose all-reduces then
+paired with each other and hung the cluster). A command whose
 ``done:<kind>:<pass_id>`` marker exists is acknowledged with the stored result and not run
 again, so a retried task never trains a pass twice. Key names: ``streamrec.redis_keys``.
 """
@@ -259,8 +264,8 @@ class WorkerChannel:
         self._r.delete(self._keys.heartbeat(WORKER, self.rank))
 
     def next_command(self, block_ms: int = 1000) -> Command | None:
-        """The command after this worker's cursor, or None when none arrives in time."""
-        cursor = self._r.get(self._keys.cursor(WORKER, self.rank)) or "0-0"
+        """The command after the cluster's cursor, or None when none arrives in time."""
+        cursor = self._r.get(self._keys.cursor) or "0-0"
         reply = self._r.xread({self._keys.commands: cursor}, count=1, block=block_ms)
         if not reply:
             return None
@@ -296,11 +301,13 @@ class WorkerChannel:
         )
 
     def record(self, command: Command, result: dict[str, Any] | None, error: str | None) -> None:
-        """Leader only: the command's outcome, its done marker and the pass status, at once.
+        """Leader only: the command's outcome, its done marker and the pass status, and the
+        cluster's cursor past it, at once.
         A command found done in the restored model (its marker lost in a crash) gets both."""
         pipe = self._r.pipeline(transaction=True)
         key = self._keys.command(command.id)
         result = result or {}
+        pipe.set(self._keys.cursor, command.stream_id)
         if error is not None:
             pipe.hset(key, mapping={"status": "failed", "error": error})
         else:
@@ -327,6 +334,18 @@ class WorkerChannel:
             log.warning("restored model predates %d done commands: %s", len(dropped), dropped)
         return dropped
 
-    def advance(self, command: Command) -> None:
-        """Move this worker's cursor past ``command``."""
-        self._r.set(self._keys.cursor(WORKER, self.rank), command.stream_id)
+    def skip(self, command: Command) -> None:
+        """Leader only: move the cluster's cursor past ``command`` without running it."""
+        self._r.set(self._keys.cursor, command.stream_id)
+
+    def adopt_rank_cursors(self) -> None:
+        """Leader only, at start: a cluster whose workers each kept a cursor (before the
+        cluster's one) resumes after the command all of them had finished."""
+        legacy = list(self._r.scan_iter(self._keys.rank_cursor_pattern(WORKER)))
+        if not legacy:
+            return
+        ids = [v for v in self._r.mget(legacy) if v]
+        if ids and self._r.get(self._keys.cursor) is None:
+            oldest = min(ids, key=lambda i: tuple(int(p) for p in i.split("-")))
+            self._r.set(self._keys.cursor, oldest)
+        self._r.delete(*legacy)

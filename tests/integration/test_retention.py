@@ -20,7 +20,6 @@ from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import CheckpointInfo, write_info
-from trainers.control_plane import WORKER
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
 FIRST = "202601010000"
@@ -44,8 +43,7 @@ def pipeline(make_config, build_passes, artifact_manifest) -> dict[str, Any]:
     r.hset(keys.pass_status(recent), "train", json.dumps({"pass_id": recent}))
     r.xadd(keys.commands, {"id": "old", "kind": "train", "pass_id": passes[0]}, id="1000-0")
     r.xadd(keys.commands, {"id": "new", "kind": "train", "pass_id": recent}, id="*")
-    r.set(keys.cursor(WORKER, 0), "1000-0")  # every worker has read the old command
-    r.set(keys.cursor(WORKER, 1), "1000-0")
+    r.set(keys.cursor, "1000-0")  # the cluster has run the old command
 
     root = Path(cfg.paths.checkpoint_root)
     for seq, (p, kind) in enumerate(zip(passes[:3], ["base", "delta", "base"], strict=True)):

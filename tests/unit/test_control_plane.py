@@ -60,3 +60,32 @@ def test_a_blocking_stage_heartbeat_outlives_the_call(services) -> None:
     channel.set_stage("publish")
     assert 0 < r.ttl(keys.heartbeat(WORKER, 0)) <= 4
     channel.stop_heartbeat()
+
+
+def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(services) -> None:
+    """One cursor for the cluster, moved in the transaction that records a command: until
+    worker 0 records it, every worker reads that command again (a kill before the record
+    re-runs it on all of them); once it is recorded, every worker reads the next one. The
+    per-worker cursors of an older cluster are adopted at the oldest of them."""
+    r = connect(RedisConfig(url=services.redis_url))
+    keys = RedisKeys(f"cursor-{time.time_ns()}")
+    leader, other = (WorkerChannel(r, keys, rank, 1.0) for rank in (0, 1))
+    ids = [
+        r.xadd(keys.commands, {"id": f"c{i}", "kind": "train", "pass_id": f"p{i}"}) for i in (1, 2)
+    ]
+    first = leader.next_command(block_ms=10)
+    assert first is not None and first.id == "c1"
+    leader.acknowledge(first, {"rows": 1})
+    assert [leader.next_command(10).id, other.next_command(10).id] == ["c1", "c1"]
+    leader.record(first, {"rows": 1}, None)
+    assert r.get(keys.cursor) == ids[0]
+    assert r.exists(keys.done("train", "p1")) and r.hget(keys.command("c1"), "status") == "done"
+    assert [leader.next_command(10).id, other.next_command(10).id] == ["c2", "c2"]
+
+    r.delete(keys.cursor)
+    r.set(f"{keys.prefix}:cursor:{WORKER}:0", ids[1])  # worker 0 had moved on, worker 1 not
+    r.set(f"{keys.prefix}:cursor:{WORKER}:1", ids[0])
+    leader.adopt_rank_cursors()
+    assert r.get(keys.cursor) == ids[0]
+    assert not list(r.scan_iter(keys.rank_cursor_pattern(WORKER)))
+    assert other.next_command(10).id == "c2"
