@@ -66,12 +66,19 @@ from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 
 from serving_export.sparse_table import read_save
-from streamrec.config import PipelineConfig, SchemaConfig, derived, dump_config
+from streamrec.config import (
+    DEFAULT_SPARSE_TABLE,
+    PipelineConfig,
+    SchemaConfig,
+    derived,
+    dump_config,
+    sparse_tables,
+)
 from streamrec.local_services import local_services
 from streamrec.passes import next_pass_id, pass_dir, read_manifest, window_ms
 from trainers.control_plane import ClusterClient
 from trainers.results import TrainResult
-from trainers.strategy import SavedValueLayout, saved_value_layout
+from trainers.strategy import SavedValueLayout, saved_value_layout, table_folder
 
 FIRST = "202607010000"
 DATA = REPO / "tests" / "data"
@@ -387,7 +394,8 @@ def _dense_values(directory: Path) -> np.ndarray:
 def model_difference(a: Path, b: Path, layout: SavedValueLayout) -> ModelDifference:
     """How the save ``a`` of one run differs from the save ``b`` of the same pass by another
     (sparse tables read as serving reads them, ``serving_export.sparse_table.read_save``)."""
-    sa, sb = read_save(a, layout.to_dict()), read_save(b, layout.to_dict())
+    # the shipped model has one sparse table, the first (folder 000)
+    sa, sb = (read_save(save, table_folder(0), layout.to_dict()) for save in (a, b))
     if not len(sa.keys) or not len(sb.keys):
         raise RuntimeError(f"no sparse table in {a if not len(sa.keys) else b}")
     _, ia, ib = np.intersect1d(sa.keys, sb.keys, assume_unique=True, return_indices=True)
@@ -453,8 +461,9 @@ def main() -> int:
                 replays.append(one_run(services, root, run, sample, args, first))
         # the last saves, compared while they exist (retention keeps the newest chain only)
         last = [Path(r.results[-1].checkpoint.path) for r in replays]
+        cfg = with_settings(bench_config(services, root, "layout"), args.set)
         layout = saved_value_layout(
-            with_settings(bench_config(services, root, "layout"), args.set).model
+            sparse_tables(cfg.feature_schema, cfg.model)[DEFAULT_SPARSE_TABLE]
         )
         differences = [model_difference(last[0], other, layout) for other in last[1:]]
     gaps = [r.gaps() for r in replays]

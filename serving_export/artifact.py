@@ -3,9 +3,9 @@
     <model_root>/<model>/<version>/
         model.pdmodel, model.pdiparams   Paddle inference model: pooled embeddings + dense -> p
         model.onnx                        the same program as ONNX (when paddle2onnx converts it)
-        sparse/keys.npy, sparse/values.npy  sorted feature signs and their embeddings: every
-                                          key (a full version) or the keys changed since the
-                                          parent version (a delta)
+        sparse/<table>/keys.npy, values.npy  per sparse table, sorted feature signs and their
+                                          embeddings: every key (a full version) or the keys
+                                          changed since the parent version (a delta)
         MANIFEST.json                     serving_export.manifest.ArtifactManifest: pass id,
                                           metrics, feeds, schema, sparse {kind, parent},
                                           freshness, sha256 of every file
@@ -42,6 +42,7 @@ from serving_export.manifest import (
     ArtifactMetrics,
     Freshness,
     SparsePart,
+    TablePart,
 )
 from serving_export.quality_gate import GateDecision
 from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
@@ -128,9 +129,12 @@ def package_export(
     missing = [name for name in saves if not (root / name).is_dir()]
     if missing:
         raise ExportInvalid(f"{raw_export}: checkpoint saves {missing} are gone from {root}")
-    table: SparseEmbeddings = newest_wins(
-        [read_save(root / name, spec.saved_value_layout) for name in saves]
-    )
+    tables: dict[str, SparseEmbeddings] = {
+        table: newest_wins(
+            [read_save(root / name, t.folder, t.saved_value_layout) for name in saves]
+        )
+        for table, t in spec.sparse_tables.items()
+    }
 
     tmp = temp_dir_for(final)
     for suffix in (".pdmodel", ".pdiparams"):
@@ -141,9 +145,10 @@ def package_export(
     if onnx.file:  # written by the exporting worker (trainers.onnx_twin)
         shutil.copyfile(raw_export / onnx.file, tmp / ONNX_NAME)
         onnx = onnx.model_copy(update={"file": ONNX_NAME})
-    (tmp / "sparse").mkdir()
-    np.save(tmp / "sparse" / "keys.npy", table.keys)
-    np.save(tmp / "sparse" / "values.npy", table.values)
+    for name, table in tables.items():
+        (tmp / "sparse" / name).mkdir(parents=True)
+        np.save(tmp / "sparse" / name / "keys.npy", table.keys)
+        np.save(tmp / "sparse" / name / "values.npy", table.values)
 
     files = {str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
     manifest = ArtifactManifest(
@@ -157,13 +162,16 @@ def package_export(
         slot_feeds=spec.slot_feeds,
         sequence_feeds=spec.sequence_feeds,
         dense_feed=spec.dense_feed,
-        embedding_dim=spec.embedding_dim,
+        sparse_tables={
+            name: TablePart(dim=t.dim, slots=t.slots, keys=len(tables[name].keys))
+            for name, t in spec.sparse_tables.items()
+        },
         sign_version=SIGN_VERSION,
         feature_schema=spec.feature_schema,
         sparse=SparsePart(
             kind="delta" if parent else "full",
             parent=parent.version if parent else None,
-            keys=len(table.keys),
+            keys=sum(len(t.keys) for t in tables.values()),
             table_keys=spec.chain[-1].table_keys,
         ),
         chain=chain,
@@ -209,12 +217,15 @@ def ancestors(model_dir: Path, version: str) -> list[str]:
     return found
 
 
-def load_sparse(directory: Path) -> SparseEmbeddings:
-    """The sparse part of one artifact (every key, or a delta's changed keys)."""
-    return SparseEmbeddings(
-        np.load(Path(directory) / "sparse" / "keys.npy"),
-        np.load(Path(directory) / "sparse" / "values.npy"),
-    )
+def load_sparse(directory: Path, manifest: ArtifactManifest) -> dict[str, SparseEmbeddings]:
+    """The sparse tables of one artifact by name (every key, or a delta's changed keys)."""
+    return {
+        name: SparseEmbeddings(
+            np.load(Path(directory) / "sparse" / name / "keys.npy"),
+            np.load(Path(directory) / "sparse" / name / "values.npy"),
+        )
+        for name in manifest.sparse_tables
+    }
 
 
 def verify_artifact(directory: Path) -> ArtifactManifest:

@@ -19,7 +19,7 @@ from streamrec.config import SchemaConfig
 from streamrec.errors import broken_fields
 from trainers.export_spec import OnnxTwin
 
-ARTIFACT_VERSION = 3  # 3: the network and the sequence feeds
+ARTIFACT_VERSION = 4  # 3: the network and the sequence feeds; 4: several sparse tables
 MANIFEST_NAME = "MANIFEST.json"
 
 
@@ -34,14 +34,22 @@ class SparsePart(_Frozen):
 
     kind: Literal["full", "delta"]
     parent: str | None  # the version a delta builds on; None for a full version
-    keys: int  # rows in sparse/
-    table_keys: int  # keys of the whole table at this version
+    keys: int  # rows in sparse/, every table's
+    table_keys: int  # keys of the whole model at this version, every table's
 
     @model_validator(mode="after")
     def _delta_has_parent(self) -> SparsePart:
         if (self.kind == "delta") != (self.parent is not None):
             raise ValueError(f"a {self.kind} version has parent {self.parent!r}")
         return self
+
+
+class TablePart(_Frozen):
+    """One sparse table of the version, in ``sparse/<table>/``."""
+
+    dim: int  # the embedding a lookup returns
+    slots: tuple[str, ...]  # the slots whose keys it holds
+    keys: int  # rows in sparse/<table>/
 
 
 class Freshness(_Frozen):
@@ -74,7 +82,7 @@ class ArtifactManifest(_Frozen):
     slot_feeds: dict[str, str]  # pooled slot -> the program's pooled-embedding feed
     sequence_feeds: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) feeds
     dense_feed: str | None
-    embedding_dim: int
+    sparse_tables: dict[str, TablePart]  # by name
     sign_version: int  # streaming.feature_signs.SIGN_VERSION it hashes features with
     feature_schema: SchemaConfig
     sparse: SparsePart
@@ -92,6 +100,11 @@ class ArtifactManifest(_Frozen):
             raise ExportInvalid(
                 f"{where} breaks the artifact manifest: {broken_fields(e)}"
             ) from None
+
+    @property
+    def table_of_slot(self) -> dict[str, str]:
+        """Each sparse slot's table."""
+        return {slot: name for name, t in self.sparse_tables.items() for slot in t.slots}
 
     def served(self, at: str) -> ArtifactManifest:
         """This manifest as the registry keeps it once the version serves from ``at``."""

@@ -133,23 +133,31 @@ class Predictor:
         return cls(version_dir(version_dir(Path(model_root), manifest.model), manifest.version))
 
     def _slot_feeds(self, rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
-        """Each slot's feed from one lookup of every sign of the batch (one round trip with
-        the Redis store): pooled as training pooled it (sum or mean), or a sequence cut as
-        the pipe reader cuts it, padded with zeros, and its mask."""
-        signs, bounds = [], []
+        """Each slot's feed from one lookup per sparse table of every sign of the batch
+        (one round trip each with the Redis store): pooled as training pooled it (sum or
+        mean), or a sequence cut as the pipe reader cuts it, padded with zeros, and its
+        mask."""
+        table_of = self.manifest.table_of_slot
+        signs: dict[str, list[np.ndarray]] = {t: [] for t in self.manifest.sparse_tables}
+        bounds = []
         for slot in self.schema.sparse:
             values = [r[slot.name] for r in rows]
             if slot.max_length:
                 values = [cut_list(v, slot.max_length, slot.keep) for v in values]
             lengths = np.array([len(v) for v in values]) if slot.multi else np.ones(len(rows), int)
             flat = [x for v in values for x in v] if slot.multi else values
-            signs.append(signs_of_values(slot.key_slot, flat))
+            signs[table_of[slot.name]].append(signs_of_values(slot.key_slot, flat))
             bounds.append(lengths)
-        emb = self.embeddings.lookup(np.concatenate(signs))
-        feeds, start = {}, 0
+        found = {
+            table: iter(
+                np.split(self.embeddings.lookup(table, np.concatenate(parts)), _ends(parts))
+            )
+            for table, parts in signs.items()
+            if parts
+        }
+        feeds = {}
         for slot, lengths in zip(self.schema.sparse, bounds, strict=True):
-            stop = start + int(lengths.sum())
-            part, start = emb[start:stop], stop
+            part = next(found[table_of[slot.name]])
             offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
             if slot.max_length:
                 values_feed, mask_feed = self.manifest.sequence_feeds[slot.name]
@@ -190,6 +198,12 @@ class Predictor:
             except MalformedEvent as e:
                 raise MalformedEvent(e.reason, f"events[{i}]: {e.detail}") from None
         return self.score_rows(rows)
+
+
+def _ends(parts: list[np.ndarray]) -> np.ndarray:
+    """Where each of ``parts`` ends in their concatenation, the last one's end left out
+    (``np.split``'s indices)."""
+    return np.cumsum([len(p) for p in parts])[:-1]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,15 +1,16 @@
 """Where serving looks embeddings up: in the service's memory, or in Redis.
 
 Both build the embeddings of a version from its lineage (the full version it builds on,
-then each delta in order, ``artifact.lineage``) and hand out an immutable view: a request
-holds one view for its whole scoring, so it never sees half of a delta.
+then each delta in order, ``artifact.lineage``) and hand out an immutable view of every
+sparse table it has: a request holds one view for its whole scoring, so it never sees half
+of a delta.
 
-InProcessStore  the table in this process (``LayeredEmbeddings``); a version whose lineage
+InProcessStore  the tables in this process (``LayeredTables``); a version whose lineage
                 holds the version built last applies only the deltas after it.
 RedisStore      for tables larger than one serving host. Delivery writes each version's
-                keys into its own hash (``push``) and marks the layer complete last; a
-                version's view reads its lineage's hashes newest first in one pipelined
-                round trip. Layers are never written once complete, so there is nothing
+                keys into a hash per table (``push``) and marks the layer complete last; a
+                version's view reads a table's lineage hashes newest first in one
+                pipelined round trip. Layers are never written once complete, so there is nothing
                 half-applied to see: a reader either has every layer of a version or does
                 not serve it. Key names: ``streamrec.redis_keys``.
 """
@@ -29,7 +30,7 @@ import redis
 from serving_export.artifact import lineage, load_sparse
 from serving_export.errors import ServingError
 from serving_export.manifest import ArtifactManifest
-from serving_export.sparse_table import LayeredEmbeddings
+from serving_export.sparse_table import LayeredTables
 from streamrec.config import RedisConfig
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -41,9 +42,10 @@ _PIPELINE_COMMANDS = 50  # HSETs sent per round trip
 
 
 class Embeddings(Protocol):
-    """What scoring needs: the embedding of each feature sign, zeros when unknown."""
+    """What scoring needs: the embedding of each feature sign in a sparse table, zeros when
+    the table does not hold it."""
 
-    def lookup(self, signs: np.ndarray) -> np.ndarray: ...
+    def lookup(self, table: str, signs: np.ndarray) -> np.ndarray: ...
 
 
 class LayerMissing(ServingError):
@@ -56,52 +58,53 @@ class InProcessStore:
     def __init__(self, model_dir: Path, compact_ratio: float = 0.25) -> None:
         self.model_dir = Path(model_dir)
         self.compact_ratio = compact_ratio
-        self._last: tuple[str, LayeredEmbeddings] | None = None
+        self._last: tuple[str, LayeredTables] | None = None
         self._lock = threading.Lock()
 
-    def embeddings_for(self, version: str) -> LayeredEmbeddings:
-        """The table of ``version``, built from the nearest version already in memory."""
+    def embeddings_for(self, version: str) -> LayeredTables:
+        """The tables of ``version``, built from the nearest version already in memory."""
         with self._lock:
             chain = lineage(self.model_dir, version)
             names = [m.version for m in chain]
             if self._last is not None and self._last[0] in names:
-                start, table = names.index(self._last[0]) + 1, self._last[1]
+                start, tables = names.index(self._last[0]) + 1, self._last[1]
             else:
                 start = 1
-                table = LayeredEmbeddings.of(
-                    load_sparse(self.model_dir / names[0]), self.compact_ratio
-                )
-            for name in names[start:]:
-                table = table.apply(load_sparse(self.model_dir / name))
-            self._last = (version, table)
-            return table
+                full = load_sparse(self.model_dir / names[0], chain[0])
+                tables = LayeredTables.of(full, self.compact_ratio)
+            for manifest in chain[start:]:
+                tables = tables.apply(load_sparse(self.model_dir / manifest.version, manifest))
+            self._last = (version, tables)
+            return tables
 
 
 class RedisEmbeddings:
-    """One version's view of the Redis layers: its lineage's hashes, newest first."""
+    """One version's view of the Redis layers: per table, its lineage's hashes, newest
+    first, and the table's width."""
 
-    def __init__(self, r: redis.Redis, layers: list[str], dim: int) -> None:
+    def __init__(self, r: redis.Redis, layers: dict[str, list[str]], dims: dict[str, int]) -> None:
         self._r = r
         self.layers = layers
-        self.dim = dim
+        self.dims = dims
 
-    def lookup(self, signs: np.ndarray) -> np.ndarray:
+    def lookup(self, table: str, signs: np.ndarray) -> np.ndarray:
+        layers, dim = self.layers[table], self.dims[table]
         signs = np.asarray(signs, dtype=np.uint64)
         unique, inverse = np.unique(signs, return_inverse=True)
         raw = unique.astype("<u8").tobytes()
         fields = [raw[i : i + 8] for i in range(0, len(raw), 8)]
         with self._r.pipeline(transaction=False) as pipe:
-            for layer in self.layers:
+            for layer in layers:
                 pipe.hmget(layer, fields)
             answers = pipe.execute()
-        zero = bytes(4 * self.dim)
+        zero = bytes(4 * dim)
         found = [zero] * len(fields)
         for answer in reversed(answers):  # oldest first, so newer layers overwrite
             for i, value in enumerate(answer):
                 if value is not None:
                     found[i] = value
-        table = np.frombuffer(b"".join(found), dtype="<f4").reshape(len(fields), self.dim)
-        return table[inverse].astype(np.float32)
+        rows = np.frombuffer(b"".join(found), dtype="<f4").reshape(len(fields), dim)
+        return rows[inverse].astype(np.float32)
 
 
 class RedisStore:
@@ -125,8 +128,9 @@ class RedisStore:
         return {k.decode(): json.loads(v) for k, v in raw.items()}
 
     def push(self, version: str) -> dict[str, Any]:
-        """Write the layers of ``version``'s lineage that Redis lacks; idempotent. A layer
-        left half-written by a killed writer is not marked complete: it is written again."""
+        """Write the layers of ``version``'s lineage that Redis lacks (a layer: a version's
+        hash per table); idempotent. A layer left half-written by a killed writer is not
+        marked complete: it is written again."""
         chain = lineage(self.model_dir, version)
         done = self.written()
         started = time.perf_counter()
@@ -146,14 +150,29 @@ class RedisStore:
 
     def _write_layer(self, manifest: ArtifactManifest) -> int:
         name = manifest.version
-        table = load_sparse(self.model_dir / name)
-        layer = self._keys.sparse_layer(self._model, name)
-        self._r.unlink(layer)
-        raw_keys = table.keys.astype("<u8").tobytes()
-        values = np.ascontiguousarray(table.values, dtype="<f4")
+        written = {}
+        for table, embeddings in load_sparse(self.model_dir / name, manifest).items():
+            layer = self._keys.sparse_layer(self._model, name, table)
+            self._r.unlink(layer)
+            self._write_hash(layer, embeddings.keys, embeddings.values)
+            written[table] = {"keys": len(embeddings.keys), "dim": embeddings.dim}
+        n = sum(t["keys"] for t in written.values())
+        summary = {
+            "kind": manifest.sparse.kind,
+            "parent": manifest.sparse.parent,
+            "keys": n,
+            "tables": written,
+        }
+        self._r.hset(self._keys.sparse_layers(self._model), name, json.dumps(summary))
+        log.info("redis: wrote %d keys of %s (%s)", n, name, summary["kind"])
+        return n
+
+    def _write_hash(self, layer: str, keys: np.ndarray, values: np.ndarray) -> None:
+        raw_keys = keys.astype("<u8").tobytes()
+        values = np.ascontiguousarray(values, dtype="<f4")
         row = values.shape[1] * 4
         raw_values = values.tobytes()
-        n = len(table.keys)
+        n = len(keys)
         with self._r.pipeline(transaction=False) as pipe:
             for c, start in enumerate(range(0, n, _WRITE_CHUNK)):
                 stop = min(start + _WRITE_CHUNK, n)
@@ -167,15 +186,6 @@ class RedisStore:
                 if (c + 1) % _PIPELINE_COMMANDS == 0:
                     pipe.execute()
             pipe.execute()
-        summary = {
-            "kind": manifest.sparse.kind,
-            "parent": manifest.sparse.parent,
-            "keys": n,
-            "dim": int(values.shape[1]),
-        }
-        self._r.hset(self._keys.sparse_layers(self._model), name, json.dumps(summary))
-        log.info("redis: wrote %d keys of %s (%s)", n, name, summary["kind"])
-        return n
 
     def embeddings_for(self, version: str) -> RedisEmbeddings:
         """A view of ``version``: every layer of its lineage must be complete."""
@@ -184,10 +194,17 @@ class RedisStore:
         missing = [m.version for m in chain if m.version not in done]
         if missing:
             raise LayerMissing(f"version {version}: Redis lacks the layers of {missing}")
-        layers = [self._keys.sparse_layer(self._model, m.version) for m in reversed(chain)]
-        return RedisEmbeddings(self._r, layers, chain[-1].embedding_dim)
+        tables = chain[-1].sparse_tables
+        layers = {
+            table: [self._keys.sparse_layer(self._model, m.version, table) for m in reversed(chain)]
+            for table in tables
+        }
+        return RedisEmbeddings(self._r, layers, {name: t.dim for name, t in tables.items()})
 
     def drop(self, version: str) -> None:
-        """Delete a version's layer (retention: versions no kept version builds on)."""
+        """Delete a version's layer, every table's (retention: versions no kept version
+        builds on)."""
         self._r.hdel(self._keys.sparse_layers(self._model), version)
-        self._r.unlink(self._keys.sparse_layer(self._model, version))
+        pattern = self._keys.sparse_layer_pattern(self._model, version)
+        for key in self._r.scan_iter(match=pattern):
+            self._r.unlink(key)

@@ -1,12 +1,13 @@
 """Sparse embeddings as sorted arrays: read from the servers' saves, merged, looked up.
 
-Servers write each shard as text (gzip for full saves), one key per line, space-separated:
-the key, the accessor's counters, then the embedding and its optimizer state. The export
-spec's ``saved_value_layout`` says which columns hold ``embed_w`` and ``embedx_w``; the
-pulled embedding (what training looked up) is ``[embed_w, embedx_w...]``. Parsing is
-columnar (pyarrow's CSV reader), not a Python loop per line. ``newest_wins`` merges saves
-or versions in order; ``LayeredEmbeddings`` is what serving reads: a full table plus the
-keys changed since, compacted off the request path.
+Servers write each table of a save to its own folder (its id), each shard as text (gzip for
+full saves), one key per line, space-separated: the key, the accessor's counters, then the
+embedding and its optimizer state. The export spec's ``saved_value_layout`` of a table
+says which columns hold ``embed_w`` and ``embedx_w``; the pulled embedding (what training
+looked up) is ``[embed_w, embedx_w...]``. Parsing is columnar (pyarrow's CSV reader), not a
+Python loop per line. ``newest_wins`` merges saves or versions in order;
+``LayeredEmbeddings`` is what serving reads of a table: a full table plus the keys changed
+since, compacted off the request path; ``LayeredTables`` holds one per table.
 """
 
 from __future__ import annotations
@@ -131,15 +132,13 @@ def _read_shard(
     return keys, values
 
 
-def read_save(save_dir: Path, layout: dict[str, int]) -> SparseEmbeddings:
-    """The sparse table of one checkpoint save: the table directories whose files are
-    named ``part-<server>-<shard>`` (a dense table writes ``part-<server>``)."""
-    tables = sorted({p.parent for p in Path(save_dir).glob("*/part-*-*")})
-    if len(tables) > 1:
-        raise ExportInvalid(f"{save_dir}: expected one sparse table, found {len(tables)}")
-    if not tables:
+def read_save(save_dir: Path, folder: str, layout: dict[str, int]) -> SparseEmbeddings:
+    """The sparse table in ``folder`` of one checkpoint save (its files are named
+    ``part-<server>-<shard>``); empty when the save has no such folder."""
+    table_dir = Path(save_dir) / folder
+    if not table_dir.is_dir():
         return empty_embeddings(layout["embedx_dim"] + 1)
-    return read_saved_table(tables[0], layout)
+    return read_saved_table(table_dir, layout)
 
 
 def read_saved_table(table_dir: Path, layout: dict[str, int]) -> SparseEmbeddings:
@@ -163,3 +162,24 @@ def read_saved_table(table_dir: Path, layout: dict[str, int]) -> SparseEmbedding
     if len(keys) > 1 and (keys[1:] == keys[:-1]).any():
         raise ExportInvalid(f"{table_dir}: a key appears in two shards")
     return SparseEmbeddings(keys, values)
+
+
+@dataclass(frozen=True)
+class LayeredTables:
+    """A version's sparse tables by name, each a ``LayeredEmbeddings``; immutable."""
+
+    tables: dict[str, LayeredEmbeddings]
+
+    @classmethod
+    def of(cls, tables: dict[str, SparseEmbeddings], compact_ratio: float = 0.25) -> LayeredTables:
+        return cls({name: LayeredEmbeddings.of(t, compact_ratio) for name, t in tables.items()})
+
+    def lookup(self, table: str, signs: np.ndarray) -> np.ndarray:
+        """Embeddings of ``signs`` in ``table``; zeros for keys it never saw."""
+        return self.tables[table].lookup(signs)
+
+    def apply(self, delta: dict[str, SparseEmbeddings]) -> LayeredTables:
+        """These tables with ``delta``'s keys (by table) over them."""
+        return LayeredTables(
+            {name: t.apply(delta[name]) if name in delta else t for name, t in self.tables.items()}
+        )

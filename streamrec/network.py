@@ -6,7 +6,8 @@ A model YAML names its network by import path, ``network: mypkg.nets:MyNet``; th
 
 - ``Params``: a pydantic model of its hyper-parameters. Every key of the YAML's
   ``hyper_parameters`` block that the engine does not own (``sparse_feature_dim``,
-  ``optimizer``, ``sparse_table``) is validated by it; a key it does not declare is an error.
+  ``optimizer``, ``sparse_table``, ``sparse_tables``) is validated by it; a key it does not
+  declare is an error.
   A network without hyper-parameters leaves ``Params`` out.
 - ``MyNet(params)`` returns a ``Network``: an object whose ``logit(inputs)`` builds the
   network's part of a Paddle static graph and returns the logit, shape ``[batch, 1]``.

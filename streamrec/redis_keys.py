@@ -29,12 +29,14 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
     registry:<model>:history       LIST    JSON records of every pointer switch, newest first
     registry:<model>:replica:<id>  STRING  JSON {replica, host, version, loaded_at, ts} of a
                                            running `streamrec serve`, expires unless renewed
-    sparse:<model>:<version>       HASH    the embeddings a version's artifact carries (every key
-                                           of a full version, the changed keys of a delta):
-                                           field = feature sign as 8 bytes little-endian,
-                                           value = float32 little-endian embedding
-    sparse:<model>:layers          HASH    version -> JSON {kind, parent, keys, dim}: set only
-                                           once that version's hash is completely written
+    sparse:<model>:<version>:<table>  HASH  the embeddings of one sparse table a version's
+                                           artifact carries (every key of a full version, the
+                                           changed keys of a delta): field = feature sign as
+                                           8 bytes little-endian, value = float32
+                                           little-endian embedding
+    sparse:<model>:layers          HASH    version -> JSON {kind, parent, keys, tables: {table:
+                                           {keys, dim}}}: set only once every table's hash of
+                                           that version is completely written
 """
 
 from __future__ import annotations
@@ -111,8 +113,12 @@ class RedisKeys:
     def registry_replica(self, model: str, replica: str) -> str:
         return f"{self.prefix}:registry:{model}:replica:{replica}"
 
-    def sparse_layer(self, model: str, version: str) -> str:
-        return f"{self.prefix}:sparse:{model}:{version}"
+    def sparse_layer(self, model: str, version: str, table: str) -> str:
+        return f"{self.prefix}:sparse:{model}:{version}:{table}"
+
+    def sparse_layer_pattern(self, model: str, version: str) -> str:
+        """Every table's layer of a version (a SCAN pattern; versions are plain names)."""
+        return f"{self.prefix}:sparse:{model}:{version}:*"
 
     def sparse_layers(self, model: str) -> str:
         return f"{self.prefix}:sparse:{model}:layers"

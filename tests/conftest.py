@@ -18,7 +18,14 @@ from hypothesis import settings
 from serving_export.manifest import ARTIFACT_VERSION, ArtifactManifest
 from serving_export.quality_gate import GateDecision
 from streaming.feature_signs import SIGN_VERSION
-from streamrec.config import PathConfig, PipelineConfig, derived, load_config, with_services
+from streamrec.config import (
+    DEFAULT_SPARSE_TABLE,
+    PathConfig,
+    PipelineConfig,
+    derived,
+    load_config,
+    with_services,
+)
 from streamrec.local_services import (
     PORT_RANGE_ENV,
     LocalServices,
@@ -175,7 +182,13 @@ def artifact_manifest(shipped_config: PipelineConfig) -> ManifestFactory:
             slot_feeds={s.name: f"{s.name}_pooled" for s in shipped_config.feature_schema.sparse},
             sequence_feeds={},
             dense_feed="dense",
-            embedding_dim=embedding_dim,
+            sparse_tables={
+                DEFAULT_SPARSE_TABLE: {
+                    "dim": embedding_dim,
+                    "slots": [s.name for s in shipped_config.feature_schema.sparse],
+                    "keys": keys,
+                }
+            },
             sign_version=SIGN_VERSION,
             feature_schema=shipped_config.feature_schema,
             sparse={

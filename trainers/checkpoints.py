@@ -38,13 +38,15 @@ SAVE_MODE: dict[str, int] = {"base": 0, "delta": 1, "daily": 3}
 
 
 class SparseTableShape(BaseModel):
-    """What decides a sparse table's saved rows: the pulled width and the SGD rule."""
+    """What decides a sparse table's saved rows: the pulled width and the SGD rule; and the
+    folder of a save that holds it (its id on the servers)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     dim: int
     rule: str
     row_width: int  # columns of a saved line, the key included
+    table_id: int = 0  # saves from before several tables held one, at id 0
 
 
 class ModelSignature(BaseModel):

@@ -16,7 +16,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from streamrec.config import load_config
+from streamrec.config import admission_on, load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     cfg = load_config(args.config)
     flags = dict(PUSH_FLAGS)
-    if cfg.model.hyper_parameters.sparse_table.admission:
+    if admission_on(cfg.feature_schema, cfg.model):
         flags[ADMISSION_FLAG] = "true"
     preset_paddle_flags(flags)
 

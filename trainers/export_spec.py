@@ -3,7 +3,7 @@ by the packaging step (``serving_export.artifact``) and ``streamrec publish``.
 
 A raw export is a directory of the dense inference program (``<model_prefix>.pdmodel`` and
 ``.pdiparams``), its ONNX twin, and this spec: what the program feeds on, and the
-checkpoint saves that hold the sparse table the artifact takes its embeddings from. Written
+checkpoint saves that hold the sparse tables the artifact takes its embeddings from. Written
 and read here only: a field missing, renamed or of the wrong type fails at the read with
 the file's name, instead of as a KeyError deep in packaging.
 """
@@ -21,7 +21,8 @@ from streamrec.errors import ContractError, broken_fields
 from trainers.checkpoints import CheckpointInfo
 
 EXPORT_SPEC = "export_spec.json"
-EXPORT_VERSION = 4  # 3: the ONNX twin is in the raw export; 4: the network and sequences
+# 3: the ONNX twin is in the raw export; 4: the network and sequences; 5: several tables
+EXPORT_VERSION = 5
 
 
 class OnnxTwin(BaseModel):
@@ -33,6 +34,17 @@ class OnnxTwin(BaseModel):
     opset: int | None = None
     converter: str | None = None
     error: str | None = None
+
+
+class ExportTable(BaseModel):
+    """A sparse table as the checkpoint saves hold it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    folder: str  # the folder of a save that holds the table (its id on the servers)
+    dim: int  # the embedding a lookup pulls: embed_w, then embedx_w
+    saved_value_layout: dict[str, int]  # where embed_w and embedx_w sit in a saved row
+    slots: tuple[str, ...]  # the slots whose keys it holds
 
 
 class ExportSpec(BaseModel):
@@ -48,8 +60,7 @@ class ExportSpec(BaseModel):
     slot_feeds: dict[str, str]  # pooled slot -> the program's pooled-embedding feed
     sequence_feeds: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) feeds
     dense_feed: str | None  # the dense features' feed; None when the schema has none
-    embedding_dim: int
-    saved_value_layout: dict[str, int]  # where embed_w and embedx_w sit in a saved row
+    sparse_tables: dict[str, ExportTable]  # by name (the Paddle parameter)
     feature_schema: dict[str, Any]  # streamrec.config.SchemaConfig, as JSON
     checkpoint_root: str
     chain: tuple[CheckpointInfo, ...]  # the saves since the newest base, oldest first
@@ -74,7 +85,7 @@ def read_export_spec(raw_export: Path) -> ExportSpec:
     if raw.get("export_version", 0) < EXPORT_VERSION:
         raise ContractError(
             f"{path} is of export version {raw.get('export_version')}, this streamrec reads "
-            f"{EXPORT_VERSION} (with the network and its sequence feeds): export the pass again"
+            f"{EXPORT_VERSION} (with its sparse tables): export the pass again"
         )
     try:
         return ExportSpec.model_validate(raw)

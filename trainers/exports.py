@@ -1,6 +1,6 @@
 """The raw inference export after a pass (worker 0): the dense program with the dense
 tables as the servers hold them, its ONNX twin, and ``export_spec.json`` naming the
-checkpoint saves that hold the sparse table (``trainers.export_spec``).
+checkpoint saves that hold the sparse tables (``trainers.export_spec``).
 """
 
 from __future__ import annotations
@@ -9,10 +9,17 @@ from pathlib import Path
 from typing import Any
 
 from streamrec.atomic_fs import publish_dir, temp_dir_for
+from streamrec.config import sparse_tables
 from trainers import dense_tables
-from trainers.export_spec import EXPORT_VERSION, ExportSpec, OnnxTwin, write_export_spec
+from trainers.export_spec import (
+    EXPORT_VERSION,
+    ExportSpec,
+    ExportTable,
+    OnnxTwin,
+    write_export_spec,
+)
 from trainers.onnx_twin import write_onnx_twin
-from trainers.strategy import saved_value_layout
+from trainers.strategy import saved_value_layout, table_folder
 from trainers.worker_context import WorkerContext
 
 EXPORT_MODEL_PREFIX = "model"
@@ -49,6 +56,19 @@ def _needed(block: Any, target: str, names: list[str]) -> list[str]:
     return [n for n in names if n in needed]
 
 
+def _tables(ctx: WorkerContext) -> dict[str, ExportTable]:
+    shapes = ctx.signature.sparse_tables
+    return {
+        name: ExportTable(
+            folder=table_folder(shapes[name].table_id),
+            dim=t.dim,
+            saved_value_layout=saved_value_layout(t).to_dict(),
+            slots=t.slots,
+        )
+        for name, t in sparse_tables(ctx.cfg.feature_schema, ctx.cfg.model).items()
+    }
+
+
 def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     """The raw inference export of the model as trained through ``pass_id``: the dense
     program and its parameters, and the checkpoint chain that holds the sparse table (the
@@ -74,8 +94,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
             slot_feeds=ctx.graph.pooled,
             sequence_feeds=ctx.graph.sequences,
             dense_feed=ctx.graph.dense_var,
-            embedding_dim=ctx.cfg.model.hyper_parameters.sparse_feature_dim,
-            saved_value_layout=saved_value_layout(ctx.cfg.model).to_dict(),
+            sparse_tables=_tables(ctx),
             feature_schema=ctx.cfg.feature_schema.model_dump(mode="json"),
             checkpoint_root=str(Path(ctx.cfg.paths.checkpoint_root)),
             chain=tuple(i.model_copy(update={"train": None}) for i in ctx.chain),

@@ -1,8 +1,9 @@
 """The static-graph program the cluster trains: the pipeline's part around the network.
 
 Before the network (``streamrec.network``, named by ``model.network``): one
-``sparse_embedding`` lookup per slot into the shared table ``SPARSE_TABLE``, pooled as the
-schema says (sum, mean, or a padded sequence with its mask), and the dense vector. After
+``sparse_embedding`` lookup per slot into its sparse table (``streamrec.config.tables``: the
+shared one unless ``sparse_tables`` names the slot), pooled as the schema says (sum, mean,
+or a padded sequence with its mask), and the dense vector. After
 it: the bias ``LOGIT_BIAS`` (the intercept refit moves it), the sigmoid, the loss and the
 metric accumulators. The pooled embeddings and the sequences are named feeds of the
 inference program, so the exported dense program takes embeddings as input and serving
@@ -15,12 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from streaming.pipe_reader import DENSE_VAR, LABEL_VAR
-from streamrec.config import ModelConfig, SchemaConfig
+from streamrec.config import (
+    ModelConfig,
+    SchemaConfig,
+    SparseTableSpec,
+    sparse_tables,
+)
 from streamrec.errors import ConfigError
 from streamrec.network import LOGIT_BIAS, NetworkInputs, SequenceInput
 from trainers.network_loader import load_network
 
-SPARSE_TABLE = "SparseFeatFactors"
 AUC_BUCKETS = 4095
 
 
@@ -78,18 +83,20 @@ class _Inputs:
     label: Any
 
 
-def _inputs(paddle: Any, schema: SchemaConfig, dim: int) -> _Inputs:
+def _inputs(paddle: Any, schema: SchemaConfig, tables: dict[str, SparseTableSpec]) -> _Inputs:
     init = paddle.nn.initializer.Uniform(-0.01, 0.01)
+    table_of = {slot: t for t in tables.values() for slot in t.slots}
     use_vars: list[Any] = []
     pooled: dict[str, Any] = {}
     sequences: dict[str, SequenceInput] = {}
     for slot in schema.sparse:
         var = paddle.static.data(name=slot.name, shape=[-1, 1], dtype="int64", lod_level=1)
         use_vars.append(var)
+        table = table_of[slot.name]
         emb = paddle.static.nn.sparse_embedding(
             input=var,
-            size=[1 << 20, dim],
-            param_attr=paddle.ParamAttr(name=SPARSE_TABLE, initializer=init),
+            size=[1 << 20, table.dim],
+            param_attr=paddle.ParamAttr(name=table.name, initializer=init),
         )
         if slot.pooling == "sequence":
             pad = paddle.full(shape=[1], fill_value=0.0, dtype="float32")
@@ -109,7 +116,7 @@ def _inputs(paddle: Any, schema: SchemaConfig, dim: int) -> _Inputs:
         use_vars.append(dense)
     label = paddle.static.data(name=LABEL_VAR, shape=[-1, 1], dtype="int64")
     use_vars.append(label)
-    dims = {s.name: dim for s in schema.sparse}
+    dims = {s.name: table_of[s.name].dim for s in schema.sparse}
     return _Inputs(use_vars, NetworkInputs(pooled, sequences, dense, dims), label)
 
 
@@ -138,7 +145,7 @@ def build_model(schema: SchemaConfig, model: ModelConfig) -> ModelGraph:
     ``model.network`` names, its bias, the loss and the metric accumulators."""
     import paddle
 
-    inputs = _inputs(paddle, schema, model.hyper_parameters.sparse_feature_dim)
+    inputs = _inputs(paddle, schema, sparse_tables(schema, model))
     bias = paddle.static.create_parameter(
         shape=[1],
         dtype="float32",

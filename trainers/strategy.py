@@ -1,10 +1,11 @@
 """Fleet strategy and sparse-table settings from the model config.
 
-Builds the async ``DistributedStrategy`` and maps ``hyper_parameters.sparse_table`` onto
-``strategy.sparse_table_configs`` for the shared table (SGD rule and the accessor's
-show/click, shrink and delta settings; DESIGN.md says what Paddle does with each).
-``saved_value_layout`` says where the embedding lies in a line the servers save, which
-depends on the sparse SGD rule. ``build_distributed_program`` puts them together.
+Builds the async ``DistributedStrategy`` and maps each sparse table's settings
+(``streamrec.config.tables``) onto ``strategy.sparse_table_configs`` (SGD rule and the
+accessor's show/click, shrink and delta settings; DESIGN.md says what Paddle does with
+each). ``saved_value_layout`` says where the embedding lies in a line the servers save,
+which depends on the table's SGD rule; ``sparse_table_ids`` which table id (the folder of
+a save) the servers gave each table. ``build_distributed_program`` puts them together.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from streamrec.config import ModelConfig, PipelineConfig
-from trainers.models import SPARSE_TABLE, ModelGraph, build_model
+from streamrec.config import ModelConfig, PipelineConfig, SparseTableSpec, sparse_tables
+from trainers.models import ModelGraph, build_model
 
 SGD_RULES = {
     "naive": "SparseNaiveSGDRule",
@@ -23,6 +24,7 @@ SGD_RULES = {
 }
 _PROTO_SECTION = {"naive": "naive", "adagrad": "adagrad", "std_adagrad": "adagrad", "adam": "adam"}
 ACCESSOR = "SparseAccessor"
+_LOOKUPS = ("lookup_table", "lookup_table_v2")  # what sparse_embedding writes before fleet
 # A SparseAccessor line: key slot unseen_days delta_score show click embed_w ...
 UNSEEN_DAYS_COLUMN = 2
 _EMBED_W_COLUMN = 6
@@ -45,28 +47,53 @@ class SavedValueLayout:
         return asdict(self)
 
 
-def saved_value_layout(model: ModelConfig) -> SavedValueLayout:
+def saved_value_layout(table: SparseTableSpec) -> SavedValueLayout:
     """Where ``[embed_w, embedx_w...]`` (the value a lookup pulls) sits in a saved line."""
-    table = model.hyper_parameters.sparse_table
-    embedx_dim = model.hyper_parameters.sparse_feature_dim - 1
     return SavedValueLayout(
         embed_w_column=_EMBED_W_COLUMN,
-        embedx_w_column=_EMBED_W_COLUMN + 1 + _rule_state_width(table.rule, 1),
-        embedx_dim=embedx_dim,
+        embedx_w_column=_EMBED_W_COLUMN + 1 + _rule_state_width(table.config.rule, 1),
+        embedx_dim=table.dim - 1,
     )
 
 
-def saved_row_width(model: ModelConfig) -> int:
+def saved_row_width(table: SparseTableSpec) -> int:
     """Columns of a line the servers save for one key, the key included."""
-    layout = saved_value_layout(model)
-    rule = model.hyper_parameters.sparse_table.rule
-    return layout.embedx_w_column + layout.embedx_dim + _rule_state_width(rule, layout.embedx_dim)
+    layout = saved_value_layout(table)
+    state = _rule_state_width(table.config.rule, layout.embedx_dim)
+    return layout.embedx_w_column + layout.embedx_dim + state
 
 
-def sparse_table_configs(model: ModelConfig) -> dict[str, dict[str, Any]]:
-    """``strategy.sparse_table_configs`` for the shared sparse table."""
-    t = model.hyper_parameters.sparse_table
-    prefix = f"table_parameters.{SPARSE_TABLE}"
+def sparse_table_ids(program: Any) -> dict[str, int]:
+    """Each sparse table's id on the servers (a save keeps table ``i`` in ``<save>/<i:03d>``):
+    in a distributed program, read from the lookups the distributed optimizer wrote; in one
+    it has not rewritten (the check at start), the ids it will give: the tables in the
+    order of their first lookup (Paddle numbers them in the order of their optimizer ops,
+    which follow the parameters' creation)."""
+    ops = program.global_block().ops
+    assigned = {
+        op.input("W")[0]: int(op.attr("table_id"))
+        for op in ops
+        if op.type == "distributed_lookup_table"
+    }
+    if assigned:
+        return assigned
+    first = dict.fromkeys(op.input("W")[0] for op in ops if op.type in _LOOKUPS)
+    return {name: i for i, name in enumerate(first)}
+
+
+def table_folder(table_id: int) -> str:
+    """The folder of a save that holds table ``table_id``."""
+    return f"{table_id:03d}"
+
+
+def sparse_table_configs(tables: dict[str, SparseTableSpec]) -> dict[str, dict[str, Any]]:
+    """``strategy.sparse_table_configs`` for every sparse table."""
+    return {name: _table_config(table) for name, table in tables.items()}
+
+
+def _table_config(table: SparseTableSpec) -> dict[str, Any]:
+    t = table.config
+    prefix = f"table_parameters.{table.name}"
     acc = f"{prefix}.accessor"
     section = _PROTO_SECTION[t.rule]
     conf: dict[str, Any] = {
@@ -93,17 +120,19 @@ def sparse_table_configs(model: ModelConfig) -> dict[str, dict[str, Any]]:
         conf[f"{acc}.{part}.name"] = SGD_RULES[t.rule]
         conf[f"{acc}.{part}.{section}.learning_rate"] = t.learning_rate
         conf[f"{acc}.{part}.{section}.initial_range"] = t.initial_range
-    return {SPARSE_TABLE: conf}
+    return conf
 
 
-def build_strategy(model: ModelConfig) -> Any:
-    """The DistributedStrategy for this model's runner and sparse table."""
+def build_strategy(cfg: PipelineConfig) -> Any:
+    """The DistributedStrategy for this model's runner and sparse tables."""
     from paddle.distributed import fleet
 
     strategy = fleet.DistributedStrategy()
     # sync: the servers apply dense gradients at barriers that ``sync_mode`` drives
-    strategy.a_sync = model.runner.sync_mode != "sync"
-    strategy.sparse_table_configs = sparse_table_configs(model)
+    strategy.a_sync = cfg.model.runner.sync_mode != "sync"
+    strategy.sparse_table_configs = sparse_table_configs(
+        sparse_tables(cfg.feature_schema, cfg.model)
+    )
     return strategy
 
 
@@ -139,6 +168,6 @@ def build_distributed_program(cfg: PipelineConfig) -> ModelGraph:
     if cfg.model.seed is not None:
         seed_programs(cfg.model.seed)
     graph = build_model(cfg.feature_schema, cfg.model)
-    optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg.model))
+    optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg))
     optimizer.minimize(graph.loss)
     return graph

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from streamrec.config import PipelineConfig
+from streamrec.config import PipelineConfig, sparse_tables
 from streamrec.errors import ConfigError
 from trainers.checkpoints import (
     CHECKPOINT_MANIFEST,
@@ -32,31 +32,31 @@ from trainers.checkpoints import (
     list_checkpoints,
     restore_chain,
 )
-from trainers.models import SPARSE_TABLE
-from trainers.strategy import saved_row_width
+from trainers.strategy import saved_row_width, sparse_table_ids, table_folder
 
 KEY = "checkpoints.warm_start"
-_SPARSE_TABLE_DIR = "000"  # fleet saves table i in <save>/<i:03d>/; ours: 0 sparse, 1 dense
-_DENSE_TABLE_DIR = "001"
 
 
 def model_signature(cfg: PipelineConfig, program: Any) -> ModelSignature:
-    """The signature of the model ``program`` (built from ``cfg``) trains."""
-    hp = cfg.model.hyper_parameters
+    """The signature of the model ``program`` (built from ``cfg``, distributed) trains."""
+    tables = sparse_tables(cfg.feature_schema, cfg.model)
+    ids = sparse_table_ids(program)
     return ModelSignature(
         network=cfg.model.network_path,
         slots={s.name: s.key_slot for s in cfg.feature_schema.sparse},
         sparse_tables={
-            SPARSE_TABLE: SparseTableShape(
-                dim=hp.sparse_feature_dim,
-                rule=hp.sparse_table.rule,
-                row_width=saved_row_width(cfg.model),
+            name: SparseTableShape(
+                dim=t.dim,
+                rule=t.config.rule,
+                row_width=saved_row_width(t),
+                table_id=ids[name],
             )
+            for name, t in tables.items()
         },
         dense={
             p.name: tuple(int(d) for d in p.shape)
             for p in program.all_parameters()
-            if p.name != SPARSE_TABLE
+            if p.name not in tables
         },
     )
 
@@ -121,7 +121,7 @@ def warm_start_source(path: Path) -> WarmStart:
     chain = restore_chain(path)
     if chain:
         return WarmStart(tuple(path / i.name for i in chain), chain[-1].model)
-    if (path / _SPARSE_TABLE_DIR).is_dir() and (path / _DENSE_TABLE_DIR).is_dir():
+    if (path / table_folder(0)).is_dir() and (path / table_folder(1)).is_dir():
         return WarmStart((path,), None)
     raise ConfigError(
         f"{KEY}: {path} holds no model: name another pipeline's checkpoint root, one of "
@@ -147,17 +147,20 @@ def _dense_values(table_dir: Path) -> int:
 
 
 def _paddle_differences(save: Path, ours: ModelSignature) -> list[str]:
-    """A Paddle directory against the configured model: row width and dense values."""
+    """A Paddle directory against the configured model: each sparse table's row width and
+    the dense values (the dense table follows the sparse ones)."""
     found = []
-    line = _first_line(save / _SPARSE_TABLE_DIR)
-    expected = ours.sparse_tables[SPARSE_TABLE]
-    if line is not None and len(line.split()) != expected.row_width:
-        found.append(
-            f"sparse rows have {len(line.split())} columns, this model's {expected.row_width} "
-            f"(sparse_feature_dim {expected.dim}, rule {expected.rule})"
-        )
+    for name, expected in ours.sparse_tables.items():
+        folder = table_folder(expected.table_id)
+        line = _first_line(save / folder)
+        if line is not None and len(line.split()) != expected.row_width:
+            found.append(
+                f"sparse table {name} (folder {folder}): rows have {len(line.split())} "
+                f"columns, this model's {expected.row_width} (dim {expected.dim}, rule "
+                f"{expected.rule})"
+            )
     dense = sum(_size(shape) for shape in ours.dense.values())
-    saved = _dense_values(save / _DENSE_TABLE_DIR)
+    saved = _dense_values(save / table_folder(len(ours.sparse_tables)))
     if saved != dense:
         found.append(f"{saved} dense values saved, this network has {dense}")
     return found

@@ -11,10 +11,12 @@ from streamrec.config.base import EMBEDDED, RESERVED_COLUMNS
 from streamrec.config.cluster import CheckpointConfig, ClusterConfig, NodeConfig, PathConfig
 from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfig, ServingConfig
 from streamrec.config.model import (
+    DEFAULT_SPARSE_TABLE,
     HyperParameters,
     ModelConfig,
     OptimizerConfig,
     RunnerConfig,
+    SlotTableConfig,
     SparseTableConfig,
 )
 from streamrec.config.pipeline import (
@@ -32,8 +34,10 @@ from streamrec.config.stream import (
     SparseSlot,
     SyntheticConfig,
 )
+from streamrec.config.tables import SparseTableSpec, admission_on, sparse_tables, table_of_slot
 
 __all__ = [
+    "DEFAULT_SPARSE_TABLE",
     "EMBEDDED",
     "RESERVED_COLUMNS",
     "CheckpointConfig",
@@ -55,11 +59,16 @@ __all__ = [
     "ScheduleConfig",
     "SchemaConfig",
     "ServingConfig",
+    "SlotTableConfig",
     "SparseSlot",
     "SparseTableConfig",
+    "SparseTableSpec",
     "SyntheticConfig",
+    "admission_on",
     "derived",
     "dump_config",
     "load_config",
+    "sparse_tables",
+    "table_of_slot",
     "with_services",
 ]

@@ -10,6 +10,9 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from streamrec.config.base import _Strict
 from streamrec.network import IMPORT_PATH, SHIPPED
 
+DEFAULT_SPARSE_TABLE = "SparseFeatFactors"  # the shared table: every slot no other one claims
+TABLE_NAME = r"^[A-Za-z][A-Za-z0-9_]*$"  # a Paddle parameter name; no dots (strategy keys)
+
 
 class OptimizerConfig(_Strict):
     class_: Literal["adam", "adagrad", "sgd"] = Field(alias="class", description="Dense optimizer.")
@@ -97,12 +100,46 @@ class SparseTableConfig(_Strict):
         return self
 
 
+class SlotTableConfig(SparseTableConfig):
+    """A sparse table of its own for some slots: its width, rule, rates and admission."""
+
+    dim: int = Field(ge=2, description="Embedding width pulled per key (1 embed_w + embedx_dim).")
+    slots: list[str] = Field(
+        min_length=1, description="The schema's sparse slots whose keys live in this table."
+    )
+
+
 class HyperParameters(_Strict):
     sparse_feature_dim: int = Field(
-        9, ge=2, description="Embedding width pulled per key (1 embed_w + embedx_dim)."
+        9,
+        ge=2,
+        description="Embedding width pulled per key of the shared table (1 embed_w + embedx_dim).",
     )
     optimizer: OptimizerConfig
-    sparse_table: SparseTableConfig = SparseTableConfig()
+    sparse_table: SparseTableConfig = Field(
+        SparseTableConfig(),
+        description="The shared sparse table: every slot no entry of sparse_tables names.",
+    )
+    sparse_tables: dict[str, SlotTableConfig] = Field(
+        {},
+        description="More sparse tables by name, each with its slots, width and settings "
+        "(the servers hold each as a table of its own; streamrec/config/tables.py).",
+    )
+
+    @field_validator("sparse_tables")
+    @classmethod
+    def _tables_are_distinct(cls, v: dict[str, SlotTableConfig]) -> dict[str, SlotTableConfig]:
+        for name in v:
+            if not re.match(TABLE_NAME, name) or name == DEFAULT_SPARSE_TABLE:
+                raise ValueError(
+                    f"sparse table name {name!r}: use letters, digits and _ (starting with a "
+                    f"letter), other than {DEFAULT_SPARSE_TABLE}"
+                )
+        claimed = [slot for table in v.values() for slot in table.slots]
+        twice = sorted({s for s in claimed if claimed.count(s) > 1})
+        if twice:
+            raise ValueError(f"slots {twice} are in more than one sparse table; name each once")
+        return v
 
     # every other key is the network's own, validated by its Params (streamrec.network)
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)

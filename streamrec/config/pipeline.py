@@ -25,6 +25,7 @@ from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfi
 from streamrec.config.model import ModelConfig
 from streamrec.config.services import JoinConfig, KafkaConfig, RedisConfig
 from streamrec.config.stream import PassConfig, SchemaConfig, SyntheticConfig
+from streamrec.config.tables import check_tables
 from streamrec.errors import ConfigError
 from streamrec.secrets import redact_url
 
@@ -49,6 +50,11 @@ class PipelineConfig(_Strict):
     )
     retention: RetentionConfig = RetentionConfig()
     serving: ServingConfig = ServingConfig()
+
+    @model_validator(mode="after")
+    def _tables_fit_the_schema(self) -> PipelineConfig:
+        check_tables(self.feature_schema, self.model)
+        return self
 
     @model_validator(mode="after")
     def _interest_names_the_schema(self) -> PipelineConfig:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from serving_export.delivery import registry_for
-from streamrec.config import dump_config
+from streamrec.config import DEFAULT_SPARSE_TABLE, dump_config
 from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -66,7 +66,7 @@ def pipeline(make_config, build_passes, artifact_manifest) -> dict[str, Any]:
         sparse = {"kind": manifest.sparse.kind, "parent": manifest.sparse.parent}
         registry.promote(p)
         r.hset(keys.sparse_layers(cfg.model.model), p, json.dumps(sparse))  # Redis store
-        r.hset(keys.sparse_layer(cfg.model.model, p), "k", "v")
+        r.hset(keys.sparse_layer(cfg.model.model, p, DEFAULT_SPARSE_TABLE), "k", "v")
     registry.rollback(passes[0])  # the oldest serves again: it must be kept
     config = dump_config(cfg, root.parent / "p.yaml")
     return {"cfg": cfg, "config": config, "passes": passes, "recent": recent}
@@ -129,7 +129,7 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert registry.serving_version() == passes[0]
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     assert sorted(r.hkeys(keys.sparse_layers(cfg.model.model))) == registry.versions()
-    assert not r.exists(keys.sparse_layer(cfg.model.model, passes[1]))
+    assert not r.exists(keys.sparse_layer(cfg.model.model, passes[1], DEFAULT_SPARSE_TABLE))
     assert not any(r.exists(keys.done("train", p)) for p in passes[:3])
     assert r.exists(keys.pass_status(pipeline["recent"]))  # recent: kept
     assert [fields["id"] for _, fields in r.xrange(keys.commands)] == ["new"]

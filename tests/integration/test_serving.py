@@ -52,7 +52,7 @@ from serving_export.manifest import ArtifactManifest
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
 from streaming.feature_signs import signs_of_values
-from streamrec.config import PipelineConfig, derived, dump_config
+from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived, dump_config
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster
 
@@ -263,10 +263,13 @@ def test_redis_layer_being_written_is_never_read(stack: Stack) -> None:
     older, newer = PASSES[5], PASSES[6]
     model_dir = store.model_dir
     signs = np.concatenate(
-        [np.load(model_dir / v / "sparse" / "keys.npy") for v in (PASSES[0], newer)]
+        [
+            np.load(model_dir / v / "sparse" / DEFAULT_SPARSE_TABLE / "keys.npy")
+            for v in (PASSES[0], newer)
+        ]
     )
-    expected_older = store.embeddings_for(older).lookup(signs)
-    expected_newer = store.embeddings_for(newer).lookup(signs)
+    expected_older = store.embeddings_for(older).lookup(DEFAULT_SPARSE_TABLE, signs)
+    expected_newer = store.embeddings_for(newer).lookup(DEFAULT_SPARSE_TABLE, signs)
     assert not np.array_equal(expected_older, expected_newer)
     store.drop(newer)
     errors: list[str] = []
@@ -277,10 +280,10 @@ def test_redis_layer_being_written_is_never_read(stack: Stack) -> None:
         nonlocal newer_views
         view = store.embeddings_for(older)
         while not done.is_set():
-            if not np.array_equal(view.lookup(signs), expected_older):
+            if not np.array_equal(view.lookup(DEFAULT_SPARSE_TABLE, signs), expected_older):
                 errors.append("the older version changed while the newer was written")
             try:
-                got = store.embeddings_for(newer).lookup(signs)
+                got = store.embeddings_for(newer).lookup(DEFAULT_SPARSE_TABLE, signs)
             except LayerMissing:
                 continue
             newer_views += 1
@@ -440,7 +443,9 @@ def test_a_scoring_failure_is_a_counted_500_and_the_service_keeps_serving(stack:
     svc = stack.services["redis"]
     event = {"sparse": {"user_id": "a-key-the-store-holds-badly"}}
     version, _ = svc.predict([event])
-    layer = RedisKeys(stack.cfg.name).sparse_layer(stack.cfg.model.model, version)
+    layer = RedisKeys(stack.cfg.name).sparse_layer(
+        stack.cfg.model.model, version, DEFAULT_SPARSE_TABLE
+    )
     field = signs_of_values("user_id", ["a-key-the-store-holds-badly"]).astype("<u8").tobytes()
     r = redis.Redis.from_url(stack.cfg.redis.url)
     r.hset(layer, field, b"not 36 bytes")

@@ -20,7 +20,7 @@ from serving_export import delivery
 from serving_export.manifest import ArtifactManifest
 from serving_export.quality_gate import GateDecision
 from serving_export.sparse_store import InProcessStore
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, dump_config
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints, saved_column
@@ -151,9 +151,9 @@ def test_eviction_bounds_the_table_and_admission_keeps_one_off_keys_out(
     assert kinds == ["full", "delta", "full", "delta", "full", "delta"], kinds
     store = InProcessStore(Path(evicting.cfg.paths.model_root) / evicting.cfg.model.model)
     for before, daily in ((versions[1], versions[2]), (versions[3], versions[4])):
-        held = store.embeddings_for(before.version)
+        held = store.embeddings_for(before.version).tables[DEFAULT_SPARSE_TABLE]
         held_keys = np.union1d(held.base.keys, held.overlay.keys)
-        after = store.embeddings_for(daily.version)
+        after = store.embeddings_for(daily.version).tables[DEFAULT_SPARSE_TABLE]
         deleted = np.setdiff1d(held_keys, np.union1d(after.base.keys, after.overlay.keys))
         assert len(deleted) > 0
         assert not after.lookup(deleted).any()

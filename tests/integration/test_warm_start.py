@@ -75,13 +75,13 @@ def test_a_warm_started_pipeline_scores_its_first_pass_as_the_source_would(
             {"hyper_parameters": {"sparse_feature_dim": 5}},
             False,
             "sparse table SparseFeatFactors: saved dim 9, rule adagrad, row_width 17, "
-            "configured dim 5",
+            "table_id 0, configured dim 5",
         ),
         ({"hyper_parameters": {"fc_sizes": [32]}}, False, "dense parameter dnn.fc1.w is in the"),
         (
             {"hyper_parameters": {"sparse_feature_dim": 5}},
             True,
-            "sparse rows have 17 columns, this model's 13",
+            "SparseFeatFactors (folder 000): rows have 17 columns, this model's 13",
         ),
         ({"hyper_parameters": {"fc_sizes": [32]}}, True, "dense values saved, this network has"),
     ],

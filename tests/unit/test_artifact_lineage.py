@@ -14,6 +14,7 @@ from serving_export.artifact import _parent, ancestors, lineage
 from serving_export.errors import ExportInvalid
 from serving_export.sparse_store import InProcessStore
 from streamrec.atomic_fs import sha256_file
+from streamrec.config import DEFAULT_SPARSE_TABLE
 
 
 def _publish(
@@ -25,14 +26,18 @@ def _publish(
     table: dict[int, float],
 ) -> None:
     d = model_dir / version
-    (d / "sparse").mkdir(parents=True)
+    sparse = d / "sparse" / DEFAULT_SPARSE_TABLE
+    sparse.mkdir(parents=True)
     keys = np.array(sorted(table), dtype=np.uint64)
-    np.save(d / "sparse" / "keys.npy", keys)
+    np.save(sparse / "keys.npy", keys)
     np.save(
-        d / "sparse" / "values.npy",
+        sparse / "values.npy",
         np.array([[table[k]] for k in sorted(table)], dtype=np.float32).reshape(-1, 1),
     )
-    files = {f"sparse/{n}": sha256_file(d / "sparse" / n) for n in ("keys.npy", "values.npy")}
+    files = {
+        f"sparse/{DEFAULT_SPARSE_TABLE}/{n}": sha256_file(sparse / n)
+        for n in ("keys.npy", "values.npy")
+    }
     manifest = manifest_of(version, parent=parent, chain=chain, files=files, keys=len(keys))
     (d / "MANIFEST.json").write_text(manifest.to_json())
 
@@ -66,18 +71,22 @@ def test_in_process_store_rebuilds_any_version(model_dir: Path) -> None:
     store = InProcessStore(model_dir)
     probe = np.arange(6, dtype=np.uint64)
     np.testing.assert_array_equal(
-        store.embeddings_for("0120").lookup(probe)[:, 0], [0, 1, 20, 30, 40, 0]
+        store.embeddings_for("0120").lookup(DEFAULT_SPARSE_TABLE, probe)[:, 0],
+        [0, 1, 20, 30, 40, 0],
     )
     np.testing.assert_array_equal(  # a rollback to an ancestor: rebuilt from the full one
-        store.embeddings_for("0110").lookup(probe)[:, 0], [0, 1, 20, 3, 0, 0]
+        store.embeddings_for("0110").lookup(DEFAULT_SPARSE_TABLE, probe)[:, 0], [0, 1, 20, 3, 0, 0]
     )
     np.testing.assert_array_equal(
-        store.embeddings_for("0100").lookup(probe)[:, 0], [0, 1, 2, 3, 0, 0]
+        store.embeddings_for("0100").lookup(DEFAULT_SPARSE_TABLE, probe)[:, 0], [0, 1, 2, 3, 0, 0]
     )
 
 
 def test_a_missing_or_corrupt_ancestor_is_an_error(model_dir: Path) -> None:
-    np.save(model_dir / "0110" / "sparse" / "keys.npy", np.array([9], dtype=np.uint64))
+    np.save(
+        model_dir / "0110" / "sparse" / DEFAULT_SPARSE_TABLE / "keys.npy",
+        np.array([9], dtype=np.uint64),
+    )
     with pytest.raises(ExportInvalid, match="checksum"):
         lineage(model_dir, "0120")
     for f in (model_dir / "0110").rglob("*"):

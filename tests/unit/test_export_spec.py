@@ -14,6 +14,7 @@ from trainers.export_spec import (
     EXPORT_SPEC,
     EXPORT_VERSION,
     ExportSpec,
+    ExportTable,
     OnnxTwin,
     read_export_spec,
     write_export_spec,
@@ -33,8 +34,14 @@ def _spec() -> ExportSpec:
         slot_feeds={"user_id": "pooled_user_id"},
         sequence_feeds={"clicked": ("clicked_values", "clicked_mask")},
         dense_feed=None,
-        embedding_dim=9,
-        saved_value_layout={"embed_w": 5, "embedx_w": 7},
+        sparse_tables={
+            "SparseFeatFactors": ExportTable(
+                folder="000",
+                dim=9,
+                saved_value_layout={"embed_w": 5, "embedx_w": 7},
+                slots=("user_id", "clicked"),
+            )
+        },
         feature_schema={"version": 1},
         checkpoint_root="/ckpt",
         chain=(save,),
@@ -65,7 +72,7 @@ def test_an_incomplete_export_is_refused(tmp_path: Path) -> None:
     ("change", "message"),
     [
         (lambda raw: raw.pop("slot_feeds"), "slot_feeds"),
-        (lambda raw: raw.update(embedding=raw.pop("embedding_dim")), "embedding_dim"),
+        (lambda raw: raw.update(tables=raw.pop("sparse_tables")), "sparse_tables"),
         (lambda raw: raw.update(trained_at="yesterday"), "trained_at"),
         (lambda raw: raw.update(export_version=2), "export the pass again"),
     ],

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from streamrec.config import PipelineConfig, derived
+from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived
 from streamrec.errors import ConfigError
 from streamrec.network import LOGIT_BIAS, SHIPPED, NetworkInputs
-from trainers.models import SPARSE_TABLE, ModelGraph, build_model
+from trainers.models import ModelGraph, build_model
 
 
 @pytest.fixture
@@ -44,14 +44,14 @@ def test_shipped_network_builds_with_the_shared_interface(
     ops = [op.type for op in static_program.global_block().ops]
     lookups = [op for op in static_program.global_block().ops if op.type.startswith("lookup_table")]
     assert len(lookups) == len(schema.sparse)
-    assert {op.input("W")[0] for op in lookups} == {SPARSE_TABLE}
+    assert {op.input("W")[0] for op in lookups} == {DEFAULT_SPARSE_TABLE}
     assert list(graph.pooled) == [s.name for s in schema.sparse] and graph.sequences == {}
     assert [v.name for v in graph.use_vars][-1] == "label"
     assert graph.predict.shape[-1] == 1 and "sigmoid" in ops
     assert set(graph.stat_vars) >= {"auc_pos", "auc_neg", "count", "clicks"}
     params = {p.name for p in static_program.all_parameters()}
     assert LOGIT_BIAS in params and graph.logit_bias == LOGIT_BIAS
-    assert params - {SPARSE_TABLE, LOGIT_BIAS}, "a network with no dense weights"
+    assert params - {DEFAULT_SPARSE_TABLE, LOGIT_BIAS}, "a network with no dense weights"
     if name != "ctr_dnn":  # wide and FM parts read each key's scalar weight (embed_w)
         assert "slice" in ops
 

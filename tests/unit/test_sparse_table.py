@@ -19,8 +19,8 @@ from serving_export.sparse_table import (
     read_save,
     read_saved_table,
 )
-from streamrec.config import ModelConfig
-from trainers.strategy import saved_value_layout
+from streamrec.config import SparseTableConfig, SparseTableSpec
+from trainers.strategy import saved_row_width, saved_value_layout
 
 LAYOUT = {"embed_w_column": 6, "embedx_w_column": 8, "embedx_dim": 2}  # adagrad, dim 3
 
@@ -61,18 +61,14 @@ def test_layout_mismatch_and_duplicates_fail(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("rule", "embedx_col"), [("naive", 7), ("adagrad", 8), ("std_adagrad", 8), ("adam", 11)]
 )
-def test_layout_follows_the_sgd_rule(shipped_config, rule: str, embedx_col: int) -> None:
-    model = ModelConfig.model_validate(
-        {
-            **shipped_config.model.model_dump(by_alias=True),
-            "hyper_parameters": {
-                **shipped_config.model.hyper_parameters.model_dump(by_alias=True),
-                "sparse_table": {"rule": rule},
-            },
-        }
-    )
-    layout = saved_value_layout(model)
-    assert (layout.embed_w_column, layout.embedx_w_column, layout.embedx_dim) == (6, embedx_col, 8)
+def test_layout_follows_the_sgd_rule(rule: str, embedx_col: int) -> None:
+    for dim in (9, 4):
+        table = SparseTableSpec("t", dim, SparseTableConfig(rule=rule), ("a",))
+        layout = saved_value_layout(table)
+        assert (layout.embed_w_column, layout.embedx_w_column) == (6, embedx_col)
+        assert layout.embedx_dim == dim - 1
+        state = {"naive": 0, "adagrad": 1, "std_adagrad": dim - 1, "adam": 2 * (dim - 1) + 2}
+        assert saved_row_width(table) == embedx_col + dim - 1 + state[rule]
 
 
 def _table(keys: list[int], fill: list[float]) -> SparseEmbeddings:
@@ -121,13 +117,17 @@ def test_overlay_is_folded_into_the_base_when_it_outgrows_it() -> None:
     assert len(big.overlay.keys) == 0 and len(big.base.keys) == 130
 
 
-def test_read_save_finds_the_sparse_table_beside_a_dense_one(tmp_path: Path) -> None:
-    (tmp_path / "000").mkdir()
-    (tmp_path / "001").mkdir()
+def test_read_save_reads_each_table_from_its_folder(tmp_path: Path) -> None:
+    for folder in ("000", "001", "002"):
+        (tmp_path / folder).mkdir()
     _shard(tmp_path / "000" / "part-000-00000.gz", [_line(3, 0.25, (1.0, 2.0))])
-    (tmp_path / "001" / "part-000.gz").write_bytes(gzip.compress(b"0.1 0.2\n"))  # dense
-    table = read_save(tmp_path, LAYOUT)
-    assert table.keys.tolist() == [3]
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    assert len(read_save(empty, LAYOUT).keys) == 0
+    narrow = {"embed_w_column": 6, "embedx_w_column": 7, "embedx_dim": 1}  # naive, dim 2
+    _shard(tmp_path / "001" / "part-000-00000.gz", ["3 0 0 1 1 0 0.5 4.0\n"])
+    (tmp_path / "002" / "part-000.gz").write_bytes(gzip.compress(b"0.1 0.2\n"))  # dense
+    wide, small = read_save(tmp_path, "000", LAYOUT), read_save(tmp_path, "001", narrow)
+    assert wide.keys.tolist() == small.keys.tolist() == [3]  # a key per table, apart
+    np.testing.assert_allclose(wide.values, [[0.25, 1.0, 2.0]])
+    np.testing.assert_allclose(small.values, [[0.5, 4.0]])
+    with pytest.raises(ExportInvalid, match="layout"):  # a folder read as the wrong table
+        read_save(tmp_path, "001", LAYOUT)
+    assert len(read_save(tmp_path, "005", LAYOUT).keys) == 0

@@ -105,7 +105,7 @@ def test_a_paddle_directory_is_checked_by_row_width_and_dense_values(
             }
         }
     )
-    with pytest.raises(ConfigError, match="sparse rows have 17 columns, this model's 13"):
+    with pytest.raises(ConfigError, match="rows have 17 columns, this model's 13"):
         check_warm_start(cfg, narrow)
     # once the pipeline has saves of its own, they are restored and the warm start ignored
     _save(tmp_path / "own", "202601010000", "base", 0, None)
