@@ -76,7 +76,8 @@ from ops.charts import ReferenceLine, Series, YRange, chart_page, line_chart
 from streaming.producer import produce_live
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.errors import ContractError
-from streamrec.local_services import LocalServices, free_port, local_services
+from streamrec.local_ports import free_port
+from streamrec.local_services import LocalServices, local_services
 from streamrec.passes import compose_pass_id, pass_dir, read_manifest, window_ms
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys

@@ -28,7 +28,7 @@ from streaming.pass_builder import PassBuilder
 from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
 from streaming.topics import CONSUMER_FETCH, ensure_topic
 from streamrec.config import derived, load_config, with_services
-from streamrec.local_services import start_broker
+from streamrec.kafka_broker import start_kafka
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -99,7 +99,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        broker = start_broker(root / "services")
+        broker = start_kafka(root / "services")
         try:
             base = load_config(REPO / "configs" / "pipeline.yaml")
             cfg = derived(

@@ -24,7 +24,7 @@ from streamrec.config import (
     load_config,
     with_services,
 )
-from streamrec.local_services import free_port
+from streamrec.local_ports import free_port
 from trainers.node_processes import fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent

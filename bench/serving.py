@@ -54,7 +54,8 @@ from serving_export import delivery
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import InProcessStore
 from streamrec.config import PipelineConfig, derived, dump_config, load_config
-from streamrec.local_services import free_port, local_services
+from streamrec.local_ports import free_port
+from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 

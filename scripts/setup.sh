@@ -10,7 +10,8 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)   # only to validate docker-compose.yml
-command -v stunnel4 >/dev/null 2>&1 || missing+=(stunnel4)               # TLS in front of the test broker
+command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)   # runs Apache Kafka
+command -v mvn >/dev/null 2>&1 || missing+=(maven)                       # installs Apache Kafka
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)                    # the multi-host tests' namespaces
 if [ "${1:-}" = --test ]; then
   # the report's tests open it in headless Chromium through Playwright (no browser download)
@@ -38,6 +39,9 @@ want=$(sha256sum pyproject.toml | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing Python dependencies into .venv (first run takes a few minutes)"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[airflow,local,dev]"
+  .venv/bin/pip install -q -e ".[airflow,dev]"
   echo "$want" > "$stamp"
 fi
+# the pinned Apache Kafka broker (the demo's and the tests'), through Maven into a cache
+# folder once (streamrec/kafka_broker.py)
+.venv/bin/python -m streamrec.kafka_broker install >/dev/null

@@ -14,7 +14,7 @@ from streamrec.config import KafkaConfig
 
 log = logging.getLogger(__name__)
 
-# Tansu (the local broker) and real brokers both need a few seconds for a group join.
+# Brokers need a few seconds for a group join.
 HEARTBEAT_MS = 1_000
 
 # How the builder fetches; the ingest benchmark's bare loop uses the same settings.

@@ -26,13 +26,8 @@ from streamrec.config import (
     load_config,
     with_services,
 )
-from streamrec.local_services import (
-    PORT_RANGE_ENV,
-    LocalServices,
-    free_port,
-    local_services,
-    port_range,
-)
+from streamrec.local_ports import PORT_RANGE_ENV, port_range
+from streamrec.local_services import LocalServices, local_services
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -309,49 +304,3 @@ def kill_mid_pass() -> KillMidPass:
         return cluster.ensure_healthy()
 
     return kill
-
-
-@pytest.fixture(scope="session")
-def filtering_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A second Kafka-protocol broker on loopback, for what the embedded one cannot show:
-    noida-db (PyPI) returns the aborted transactions of each fetch, so read_committed
-    consumers skip aborted records (Tansu 0.6 returns them; docs/DECISIONS.md). Its
-    address."""
-    import os
-    import signal
-    import socket
-    import subprocess
-    import time
-    from importlib.resources import files
-
-    binary = str(files("noida_db").joinpath("noida-db"))  # its Python wrapper would orphan it
-    data = tmp_path_factory.mktemp("noida")
-    port = free_port()
-    with open(data / "broker.log", "wb") as out:
-        proc = subprocess.Popen(
-            [
-                *(binary, "start", "--data-dir", str(data), "--only", "kafka"),
-                *("--host", "127.0.0.1", "--kafka-port", str(port)),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, (data / "broker.log").read_text()
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "noida-db never listened"
-            time.sleep(0.1)
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()

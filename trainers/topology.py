@@ -16,7 +16,7 @@ from typing import Literal
 
 from streamrec.config import ClusterConfig, NodeConfig
 from streamrec.errors import ConfigError, ServiceError
-from streamrec.local_services import free_port
+from streamrec.local_ports import free_port
 
 Role = Literal["PSERVER", "TRAINER"]
 LOCAL_NODE = "local"

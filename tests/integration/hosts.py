@@ -22,6 +22,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamrec.kafka_broker import start_kafka
+
 NETNS_ETC = Path("/etc/netns")
 
 
@@ -180,25 +182,21 @@ class Network:
 
 
 def start_services(host: Host, logs: Path) -> tuple[str, str, list[subprocess.Popen]]:
-    """A Kafka-protocol broker (Tansu) on port 9092 and a redis-server on 6379 of ``host``'s
-    address, never loopback; (bootstrap servers, Redis URL, their processes) once Redis
-    answers. The network's removal ends them."""
+    """Apache Kafka on port 9092 and a redis-server on 6379 of ``host``'s address, never
+    loopback; (bootstrap servers, Redis URL, their processes) once both answer. The
+    network's removal ends them."""
     import redis
 
-    from streamrec.local_services import broker_binary
-
-    tansu = f"tcp://{host.address}:9092"
-    broker = [broker_binary(), "broker", "--listener-url", tansu]
-    broker += ["--advertised-listener-url", tansu, "--storage-engine", "memory://tansu/"]
+    broker = start_kafka(logs, host.address, (9092, 9093), prefix=host.command([]))
     server = ["redis-server", "--port", "6379", "--bind", host.address, "--dir", str(logs)]
     server += ["--save", "", "--appendonly", "no", "--protected-mode", "no"]  # no password here
-    procs = [host.popen(broker, logs / "broker.log"), host.popen(server, logs / "redis.log")]
+    procs = [broker.process, host.popen(server, logs / "redis.log")]
     url = f"redis://{host.address}:6379/0"
     deadline = time.monotonic() + 30
     while True:
         try:
             redis.Redis.from_url(url, socket_timeout=1).ping()
-            return f"{host.address}:9092", url, procs
+            return broker.address, url, procs
         except redis.RedisError:
             if time.monotonic() > deadline:
                 raise

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from streamrec.local_services import free_port
+from streamrec.local_ports import free_port
 
 STREAMREC = str(Path(sys.executable).parent / "streamrec")
 

@@ -1,15 +1,13 @@
-"""Kafka over TLS, through the commands a user runs: the embedded broker (Tansu, which has no
-TLS listener of its own) behind stunnel, the TLS terminator Debian ships, which is how a
-broker without TLS is put on an encrypted network. The producer CLI and the pass builder
-reach it with ``kafka.security_protocol: SSL`` and ``kafka.ssl_cafile``; a client that
-does not trust the broker's certificate, or speaks plaintext to it, gets nothing through."""
+"""Kafka over TLS, through the commands a user runs: Apache Kafka with an SSL listener (its
+key and certificate a PEM keystore, signed by a CA this test makes). The producer CLI and
+the pass builder reach it with ``kafka.security_protocol: SSL`` and ``kafka.ssl_cafile``; a
+client that does not trust the broker's certificate, or speaks plaintext to it, gets
+nothing through."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +17,8 @@ import pytest
 
 from streaming.pass_builder import PassBuilder
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.local_services import broker_binary, free_port
+from streamrec.kafka_broker import start_kafka
+from streamrec.local_ports import free_port
 from streamrec.passes import pass_dir, read_manifest
 
 pytestmark = pytest.mark.slow
@@ -66,39 +65,27 @@ def make_certificates(directory: Path) -> Certificates:
 
 @contextmanager
 def tls_broker(directory: Path, certs: Certificates) -> Iterator[str]:
-    """Tansu on a loopback port that only stunnel talks to, advertising stunnel's TLS port;
-    the TLS address."""
-    stunnel = shutil.which("stunnel4") or shutil.which("stunnel")
-    if stunnel is None:
-        pytest.fail("stunnel is not installed: bash scripts/setup.sh installs it (apt stunnel4)")
-    plain, tls = free_port(), free_port()
-    conf = directory / "stunnel.conf"
-    conf.write_text(
-        "foreground = yes\npid =\n[kafka]\n"
-        f"accept = 127.0.0.1:{tls}\nconnect = 127.0.0.1:{plain}\n"
-        f"cert = {certs.cert}\nkey = {certs.key}\n"
-    )
-    logs = [open(directory / f"{n}.log", "wb") for n in ("stunnel", "broker")]  # noqa: SIM115
-    procs = [
-        subprocess.Popen([stunnel, str(conf)], stdout=logs[0], stderr=subprocess.STDOUT),
-        subprocess.Popen(
-            [
-                broker_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{plain}",
-                "--advertised-listener-url", f"tcp://127.0.0.1:{tls}",
-                "--storage-engine", "memory://tansu/",
-            ],
-            stdout=logs[1],
-            stderr=subprocess.STDOUT,
-        ),
-    ]  # fmt: skip
+    """Apache Kafka whose client listener is SSL only; its address."""
+    keystore = directory / "broker-keystore.pem"  # the key, then the certificate
+    keystore.write_text(certs.key.read_text() + certs.cert.read_text())
+    port, controller = free_port(), free_port()
+    tls = {
+        "listeners": f"SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"SSL://127.0.0.1:{port}",
+        "listener.security.protocol.map": "SSL:SSL,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "SSL",
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(keystore),
+        # the broker checks at start that a client with its own settings gets through
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(certs.ca),
+    }
+    client = {"security_protocol": "SSL", "ssl_cafile": str(certs.ca)}
+    broker = start_kafka(directory, ports=(port, controller), extra=tls, client=client)
     try:
-        yield f"127.0.0.1:{tls}"
+        yield broker.address
     finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=10)
-        for f in logs:
-            f.close()
+        broker.stop()
 
 
 def _on_tls(cfg: PipelineConfig, address: str, cafile: Path | None) -> PipelineConfig:
@@ -121,10 +108,8 @@ def test_the_pipeline_reaches_kafka_over_tls(make_config, tmp_path: Path) -> Non
     plain = make_config(join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 400})
     with tls_broker(tmp_path, certs) as address:
         cfg = _on_tls(plain, address, certs.ca)
-        deadline = time.monotonic() + 60
-        while (done := _produce(cfg, "tls")).returncode != 0:  # the broker is starting
-            assert time.monotonic() < deadline, done.stderr[-3000:]
-            time.sleep(1)
+        done = _produce(cfg, "tls")
+        assert done.returncode == 0, done.stderr[-3000:]
 
         untrusted = _produce(_on_tls(plain, address, certs.other_ca), "untrusted", 90)
         assert untrusted.returncode == 3, untrusted.stdout + untrusted.stderr

@@ -1,4 +1,5 @@
-"""The local broker and redis-server helpers start real processes and clean them up."""
+"""The local broker (Apache Kafka) and redis-server helpers start real processes and clean
+them up."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import redis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming.topics import ensure_topic
-from streamrec import local_services as local_services_module
+from streamrec import local_ports
 from streamrec.config import KafkaConfig
+from streamrec.kafka_broker import KAFKA_VERSION
 from streamrec.local_services import local_services, start_redis
 
 
@@ -31,11 +33,17 @@ def test_services_answer_and_stop(tmp_path: Path) -> None:
         consumer.close()
         assert [m.value for batch in records.values() for m in batch] == [b"hello"]
         port = int(svc.redis_url.rsplit(":", 1)[1].split("/")[0])
+        broker_port = int(svc.bootstrap_servers.rsplit(":", 1)[1])
+    node = tmp_path / f"kafka-{broker_port}"
+    assert f"Kafka version: {KAFKA_VERSION}" in (node / "broker.log").read_text()  # Kafka itself
+    assert (node / "data" / ".kafka_cleanshutdown").is_file()  # stopped cleanly, not killed
     try:
         redis.Redis(port=port, socket_connect_timeout=1).ping()
         raise AssertionError("redis-server still answers after the block")
     except redis.ConnectionError:
         pass
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", broker_port), timeout=1).close()
 
 
 def test_a_port_taken_before_the_bind_moves_the_service_to_another(
@@ -46,8 +54,8 @@ def test_a_port_taken_before_the_bind_moves_the_service_to_another(
     taken = socket.create_server(("127.0.0.1", 0))
     port = taken.getsockname()[1]
     handed = iter([port])
-    real = local_services_module.free_port
-    monkeypatch.setattr(local_services_module, "free_port", lambda: next(handed, None) or real())
+    real = local_ports.free_port
+    monkeypatch.setattr(local_ports, "free_port", lambda: next(handed, None) or real())
     with taken:
         service = start_redis(tmp_path)
         try:

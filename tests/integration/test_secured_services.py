@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.local_services import free_port
+from streamrec.local_ports import free_port
 from streamrec.passes import pass_dir, read_manifest
 from trainers.control_plane import ClusterClient
 

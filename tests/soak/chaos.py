@@ -81,7 +81,8 @@ from streamrec.config import (
     load_config,
     with_services,
 )
-from streamrec.local_services import free_port, start_broker
+from streamrec.kafka_broker import start_kafka
+from streamrec.local_ports import free_port
 from streamrec.logs import setup_logging
 from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
 from streamrec.redis_conn import connect
@@ -313,7 +314,7 @@ class Soak:
     @contextmanager
     def running(self) -> Iterator[Soak]:
         with ExitStack() as stack:
-            broker = start_broker(self.logs)
+            broker = start_kafka(self.logs)
             stack.callback(broker.stop)
             self.broker = broker.process
             self.redis = PersistentRedis(self.root / "redis")

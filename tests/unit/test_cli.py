@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ops.cli import DELEGATED
-from streamrec.local_services import free_port
+from streamrec.local_ports import free_port
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
 OWN = ["status", "report", "deliver", "rollback", "retention", "schema"]

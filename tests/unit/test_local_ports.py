@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamrec.errors import ServiceError
-from streamrec.local_services import PORT_RANGE_ENV, free_port, port_range
+from streamrec.local_ports import PORT_RANGE_ENV, free_port, port_range
 
 
 def test_default_range_is_below_the_ephemeral_ports(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,290 @@
+"""Apache Kafka, installed and run by the project: the demo's and the tests' broker.
+
+The broker is the ``org.apache.kafka:kafka_2.13`` jar and its runtime dependencies from
+Maven Central, at ``KAFKA_VERSION``, copied once into a cache folder by Maven (which
+verifies every jar's checksum: ``--strict-checksums``) and run on the JVM with the
+``JVM_OPTIONS`` here: the version and the JVM's settings live in this module only.
+``start_kafka`` runs one KRaft node that is its own controller (no ZooKeeper): it writes the
+node's properties, formats its storage, starts it, waits until it answers metadata requests
+and hands back a ``RunningService`` whose ``stop`` shuts it down cleanly.
+
+    python -m streamrec.kafka_broker install     # what scripts/setup.sh runs
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from streamrec.errors import ServiceError
+from streamrec.local_ports import PortTaken, RunningService, free_port, wait_until_answers
+
+log = logging.getLogger(__name__)
+
+KAFKA_VERSION = "4.4.0"
+SCALA_VERSION = "2.13"
+LOG4J_VERSION = "2.25.5"  # the log4j the broker's own dependencies name; its slf4j binding
+CACHE_ENV = "STREAMREC_CACHE"
+# A test broker on a 2-core, 24 GiB machine: a 512 MiB heap (a node holds the tests' small
+# topics; Kafka's own guide sizes production brokers at 6 GiB), G1 with short pauses, out
+# of memory is an exit (a half-dead broker hangs its clients instead)
+JVM_OPTIONS = (
+    "-Xms256m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>local.streamrec</groupId>
+  <artifactId>kafka-broker</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{scala}</artifactId>
+      <version>{kafka}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.apache.logging.log4j</groupId>
+      <artifactId>log4j-slf4j-impl</artifactId>
+      <version>{log4j}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+_LOG_CONFIG = """Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka.log
+        level: WARN
+      - name: org.apache.kafka.storage
+        level: WARN
+"""
+_COMPLETE = ".complete"
+
+
+def cache_root() -> Path:
+    """Where installed brokers live: ``STREAMREC_CACHE``, else ``~/.cache/streamrec``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "streamrec")
+
+
+def kafka_home(root: Path | None = None) -> Path:
+    """The folder of this version's jars (``libs/``) and its log configuration."""
+    return (root or cache_root()) / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
+
+
+def install_kafka(root: Path | None = None) -> Path:
+    """Install the pinned broker into the cache once (Maven resolves and verifies the jars);
+    its home. Idempotent; a killed install leaves no home that looks complete."""
+    home = kafka_home(root)
+    if (home / _COMPLETE).is_file():
+        return home
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ServiceError("Maven is not installed: apt-get install -y maven (scripts/setup.sh)")
+    staging = home.with_name(f".{home.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    pom = staging / "pom.xml"
+    pom.write_text(_POM.format(scala=SCALA_VERSION, kafka=KAFKA_VERSION, log4j=LOG4J_VERSION))
+    command = [
+        mvn,
+        "-B",
+        "-q",
+        "--strict-checksums",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={staging / 'libs'}",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        tail = (done.stdout + done.stderr).strip().splitlines()[-10:]
+        raise ServiceError(f"installing Apache Kafka {KAFKA_VERSION} failed: " + " | ".join(tail))
+    (staging / "log4j2.yaml").write_text(_LOG_CONFIG)
+    (staging / _COMPLETE).write_text(KAFKA_VERSION + "\n")
+    shutil.rmtree(home, ignore_errors=True)
+    staging.rename(home)
+    log.info("Apache Kafka %s installed in %s", KAFKA_VERSION, home)
+    return home
+
+
+def installed_home() -> Path:
+    """The installed broker's home; ServiceError naming the set-up when it is missing."""
+    home = kafka_home()
+    if not (home / _COMPLETE).is_file():
+        raise ServiceError(
+            f"Apache Kafka {KAFKA_VERSION} is not installed in {home.parent}: bash "
+            "scripts/setup.sh installs it (python -m streamrec.kafka_broker install)"
+        )
+    return home
+
+
+def java() -> str:
+    """The java launcher: ``JAVA_HOME``'s, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    candidate = Path(home) / "bin" / "java" if home else None
+    found = str(candidate) if candidate and candidate.is_file() else shutil.which("java")
+    if found is None:
+        raise ServiceError(
+            "Java is not installed: apt-get install -y openjdk-17-jre-headless (scripts/setup.sh)"
+        )
+    return found
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def node_properties(
+    data_dir: Path, host: str, port: int, controller_port: int, extra: dict[str, str]
+) -> dict[str, str]:
+    """A single KRaft node that is its own controller, with every internal topic at one
+    replica and few partitions (quick to create)."""
+    return {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # Retention counts from record timestamps: producers that stamp records with event
+        # times months old (the tests' librdkafka ones) had their segments deleted by a 7-day
+        # retention's 5-minute check between a test's produce and its read (the codec test).
+        # Topics that need retention set their own (the dead-letter topics do).
+        "log.retention.ms": "-1",
+        **extra,
+    }
+
+
+def start_kafka(
+    log_dir: Path,
+    host: str = "127.0.0.1",
+    ports: tuple[int, int] | None = None,
+    prefix: Sequence[str] = (),
+    extra: dict[str, str] | None = None,
+    client: dict[str, Any] | None = None,
+    timeout: float = 120,
+) -> RunningService:
+    """A single-node Apache Kafka on ``host``, its storage under ``log_dir``; ``ports``:
+    (clients', controller's), free loopback ports when not given. ``prefix`` runs it
+    elsewhere (``ip netns exec <ns> ...`` for a namespace host); ``extra``: broker
+    properties over the node's own (listeners with security, say), and ``client``: the
+    kafka-python settings that reach it then. Returns once it answers metadata requests."""
+    extra, client = extra or {}, client or {}
+    if ports is not None:
+        return _start(log_dir, host, *ports, prefix, extra, client, timeout)
+    for _ in range(2):
+        try:
+            return _start(log_dir, host, free_port(), free_port(), prefix, extra, client, timeout)
+        except PortTaken as e:
+            log.info("%s; trying other ports", e)
+    return _start(log_dir, host, free_port(), free_port(), prefix, extra, client, timeout)
+
+
+def _start(
+    log_dir: Path,
+    host: str,
+    port: int,
+    controller_port: int,
+    prefix: Sequence[str],
+    extra: dict[str, str],
+    client: dict[str, Any],
+    timeout: float,
+) -> RunningService:
+    home = installed_home()
+    node = Path(log_dir) / f"kafka-{port}"
+    shutil.rmtree(node, ignore_errors=True)
+    (node / "data").mkdir(parents=True)
+    properties = node / "server.properties"
+    props = node_properties(node / "data", host, port, controller_port, extra)
+    properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    jvm = [
+        java(),
+        *JVM_OPTIONS,
+        f"-Dlog4j2.configurationFile={home / 'log4j2.yaml'}",
+        "-cp",
+        str(home / "libs" / "*"),
+    ]
+    storage = ["format", "--standalone", "-t", _cluster_id(), "-c", str(properties)]
+    fmt = subprocess.run(
+        [*jvm, "kafka.tools.StorageTool", *storage, "--ignore-formatted"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if fmt.returncode != 0:
+        raise ServiceError(f"formatting Kafka's storage in {node} failed: {fmt.stderr[-500:]}")
+    log_path = node / "broker.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [*prefix, *jvm, "kafka.Kafka", str(properties)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    address = f"{host}:{port}"
+
+    def answers() -> None:
+        from kafka import KafkaAdminClient
+
+        if not prefix:  # the port first: a Kafka client logs each refused connection
+            socket.create_connection((host, port), timeout=1).close()
+        KafkaAdminClient(bootstrap_servers=address, request_timeout_ms=2000, **client).close()
+
+    wait_until_answers(answers, f"Apache Kafka on {address}", proc, timeout, log_path)
+    log.info("Apache Kafka %s on %s", KAFKA_VERSION, address)
+    return RunningService("broker", address, proc, log_path, stop_timeout=60)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["install"]:
+        print("usage: python -m streamrec.kafka_broker install", file=sys.stderr)
+        return 2
+    try:
+        print(install_kafka())
+    except ServiceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
