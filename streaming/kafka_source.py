@@ -15,11 +15,15 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.errors import UnsupportedCodecError
+from kafka.errors import (
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    UnsupportedCodecError,
+)
 from kafka.structs import OffsetAndMetadata
 
 from streaming.codecs import from_kafka_error
-from streaming.errors import MalformedEvent, StreamingError
+from streaming.errors import KafkaUnavailable, MalformedEvent, StreamingError
 from streaming.kafka_clients import client_settings, producer_settings
 from streaming.topics import CONSUMER_FETCH, HEARTBEAT_MS, ensure_topic, partition_count
 from streamrec.config import KafkaConfig, PipelineConfig
@@ -36,6 +40,9 @@ class _Rebalance(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self._assigned(assigned)
+
+
+_TOPIC_KEYS = {"impressions": "kafka.impressions_topic", "clicks": "join.clicks_topic"}
 
 
 class KafkaSource:
@@ -113,6 +120,23 @@ class KafkaSource:
             return self.consumer.poll(timeout_ms=timeout_ms)
         except UnsupportedCodecError as e:
             raise from_kafka_error(e, f"reading {', '.join(self.topics.values())}") from e
+        except (TopicAuthorizationFailedError, GroupAuthorizationFailedError) as e:
+            raise self._refused(e) from e
+
+    def _refused(self, error: Exception) -> KafkaUnavailable:
+        """The broker's ACLs refuse this principal a read: what it lacks and the key to fix."""
+        kafka = self._kafka
+        who = f"User:{kafka.sasl_username}" if kafka.sasl_username else "this client"
+        if isinstance(error, GroupAuthorizationFailedError):
+            what = f"READ on the group {kafka.consumer_group} (kafka.consumer_group)"
+        else:
+            named = ", ".join(f"{t} ({_TOPIC_KEYS.get(k, k)})" for k, t in self.topics.items())
+            what = f"READ on the topics {named}"
+        return KafkaUnavailable(
+            f"Kafka refuses {who} {what}: grant it on the brokers (kafka-acls --add "
+            f"--allow-principal {who} --operation Read ...) or set kafka.sasl_username to a "
+            f"user that has it; nothing was read ({error})"
+        )
 
     def seek(self, tp: TopicPartition, offset: int | None) -> None:
         """Read ``tp`` from ``offset``; from its beginning when None."""

@@ -40,13 +40,9 @@ def ensure_topic(
     try:
         admin = KafkaAdminClient(**client_settings(kafka), request_timeout_ms=10_000)
     except KafkaError as e:
-        hint = ""
-        if kafka.security_protocol != "PLAINTEXT":
-            hint = (
-                f"; check kafka.security_protocol ({kafka.security_protocol}), kafka.ssl_cafile "
-                "and the SASL settings against the brokers' (the log above has the handshake)"
-            )
-        raise KafkaUnavailable(f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}{hint}") from e
+        raise KafkaUnavailable(
+            f"cannot reach Kafka at {kafka.bootstrap_servers}: {e}{security_hint(kafka)}"
+        ) from e
     try:
         if topic in admin.list_topics():
             return
@@ -56,6 +52,27 @@ def ensure_topic(
         pass
     finally:
         admin.close()
+
+
+def security_hint(kafka: KafkaConfig) -> str:
+    """Which settings to check when a secured broker cannot be bootstrapped from: every key
+    the handshake used (the log above the error says which part the broker refused)."""
+    protocol = kafka.security_protocol
+    if protocol == "PLAINTEXT":
+        return ""
+    keys = [f"kafka.security_protocol ({protocol})"]
+    if protocol.endswith("SSL"):
+        keys.append(f"kafka.ssl_cafile ({kafka.ssl_cafile or 'the system CAs'})")
+    if protocol.startswith("SASL_"):
+        keys.append(
+            f"kafka.sasl_mechanism ({kafka.sasl_mechanism}), kafka.sasl_username "
+            f"({kafka.sasl_username}) and kafka.sasl_password_env / kafka.sasl_password_file"
+        )
+    return (
+        f"; check {', '.join(keys)} against the brokers' (in the log above, "
+        "SaslAuthenticationFailedError is the user name or password, "
+        "CERTIFICATE_VERIFY_FAILED the CA)"
+    )
 
 
 def partition_count(kafka: KafkaConfig, topic: str) -> int:

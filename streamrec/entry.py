@@ -51,6 +51,13 @@ def as_streamrec_error(error: BaseException) -> StreamrecError | None:
         outages = tuple(getattr(kafka_errors, name) for name in _KAFKA_OUTAGES)
         if isinstance(error, outages):
             return ServiceError(f"Kafka: {error}")
+        refusals = (kafka_errors.AuthorizationError, kafka_errors.SaslAuthenticationFailedError)
+        if isinstance(error, refusals):  # a stage that knows the keys says more (KafkaSource)
+            return ServiceError(
+                f"Kafka refused this client: {error}; check kafka.sasl_username and "
+                "kafka.sasl_password_env / kafka.sasl_password_file, and the brokers' ACLs "
+                "for that user"
+            )
     return None
 
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from streamrec.config import ClusterConfig, dump_config, load_config
+from streamrec.kafka_broker import KAFKA_VERSION
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.generation import GenerationStore, NodeBeat
@@ -144,6 +145,8 @@ def test_compose_file_is_valid_and_complete(
         assert services[name]["environment"]["REDIS_PASSWORD"] == secrets["REDIS_PASSWORD"]
 
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    # the broker deployed is the version every test runs on (streamrec.kafka_broker)
+    assert services["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
     # every node of the config's cluster runs as the service of its name, as that host
     monkeypatch.setenv("REDIS_PASSWORD", secrets["REDIS_PASSWORD"])  # the config checks it
     cfg = load_config(repo / "configs" / "pipeline.docker.yaml")

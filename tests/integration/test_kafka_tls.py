@@ -10,10 +10,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from certificates import Certificates, broker_ssl, make_certificates
 
 from streaming.pass_builder import PassBuilder
 from streamrec.config import PipelineConfig, derived, dump_config
@@ -27,58 +27,16 @@ STREAMREC = str(Path(sys.executable).parent / "streamrec")
 FIRST = "202609010000"
 
 
-@dataclass(frozen=True)
-class Certificates:
-    ca: Path  # signed the broker's certificate
-    other_ca: Path  # a CA the broker's certificate has nothing to do with
-    cert: Path
-    key: Path
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_certificates(directory: Path) -> Certificates:
-    """A CA, a broker certificate it signs for 127.0.0.1, and an unrelated CA."""
-    for name in ("ca", "other-ca"):
-        _openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN=streamrec {name}",
-            cwd=directory,
-        )  # fmt: skip
-    _openssl(
-        "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr",
-        "-subj", "/CN=127.0.0.1", cwd=directory,
-    )  # fmt: skip
-    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    _openssl(
-        "x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "1", "-extfile", "san.cnf", "-out", "broker.pem",
-        cwd=directory,
-    )  # fmt: skip
-    return Certificates(
-        directory / "ca.pem", directory / "other-ca.pem", directory / "broker.pem",
-        directory / "broker.key",
-    )  # fmt: skip
-
-
 @contextmanager
 def tls_broker(directory: Path, certs: Certificates) -> Iterator[str]:
     """Apache Kafka whose client listener is SSL only; its address."""
-    keystore = directory / "broker-keystore.pem"  # the key, then the certificate
-    keystore.write_text(certs.key.read_text() + certs.cert.read_text())
     port, controller = free_port(), free_port()
     tls = {
         "listeners": f"SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
         "advertised.listeners": f"SSL://127.0.0.1:{port}",
         "listener.security.protocol.map": "SSL:SSL,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "SSL",
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": str(keystore),
-        # the broker checks at start that a client with its own settings gets through
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": str(certs.ca),
+        **broker_ssl(directory, certs),
     }
     client = {"security_protocol": "SSL", "ssl_cafile": str(certs.ca)}
     broker = start_kafka(directory, ports=(port, controller), extra=tls, client=client)

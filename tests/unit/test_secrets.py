@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from streaming.kafka_clients import client_settings
+from streaming.topics import security_hint
 from streamrec.config import KafkaConfig, RedisConfig, dump_config, load_config
 from streamrec.errors import ConfigError
 from streamrec.secrets import read_secret, redact_url
@@ -102,4 +103,9 @@ def test_the_resolved_config_names_the_secret_and_never_holds_it(tmp_path, monke
         "bootstrap_servers": "k:9092",
         "security_protocol": "PLAINTEXT",
     }
+    hint = security_hint(cfg.kafka)  # what a refused bootstrap names, never the secret
+    for key in ("kafka.sasl_username (builder)", "kafka.sasl_password_env", "kafka.ssl_cafile"):
+        assert key in hint
+    assert "s3cret" not in hint
+    assert security_hint(KafkaConfig(bootstrap_servers="k:9092")) == ""
     assert RedisConfig(url="redis://db:6379/0").password() is None
