@@ -33,7 +33,7 @@ from streamrec.kafka_broker import start_kafka
 from streamrec.local_ports import free_port
 from streamrec.passes import complete_passes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # ~150 s alone, under load more
 
 STREAMREC = str(Path(sys.executable).parent / "streamrec")
 FIRST = "202609010000"
