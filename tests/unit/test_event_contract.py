@@ -81,6 +81,9 @@ def test_the_schemas_are_valid_json_schema(shipped_config: PipelineConfig) -> No
         assert "event_id" in schema["required"], kind
 
 
+# ~10 s a case alone; beside the parallel suite, with its Kafka brokers (three JVMs and the
+# secured tests' own), a case of the property below took over 60 s (2026-11-27)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", range(6))
 @settings(max_examples=100, deadline=None, suppress_health_check=SLOW_SCHEMAS)
 @given(data=st.data())
@@ -171,6 +174,7 @@ def _answers(cfg: PipelineConfig, kind: str, schema: dict[str, Any], event: Any)
     return _builder_accepts(cfg, kind, raw), Draft202012Validator(schema).is_valid(seen)
 
 
+@pytest.mark.timeout(300)  # as the property above
 @pytest.mark.parametrize("case", range(6))
 @settings(max_examples=150, deadline=None, suppress_health_check=SLOW_SCHEMAS)
 @given(data=st.data())
