@@ -156,8 +156,14 @@ def java() -> str:
     return found
 
 
-def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def cluster_id() -> str:
+    """A new KRaft cluster id: a UUID in URL-safe base64, never starting with ``-``, which
+    the storage tool would read as an option (one id in 64 did: a suite run lost a test
+    worker's broker, and its 58 tests, to one)."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
 
 
 def node_properties(
@@ -242,7 +248,7 @@ def _start(
         "-cp",
         str(home / "libs" / "*"),
     ]
-    storage = ["format", "--standalone", "-t", _cluster_id(), "-c", str(properties)]
+    storage = ["format", "--standalone", "-t", cluster_id(), "-c", str(properties)]
     fmt = subprocess.run(
         [*jvm, "kafka.tools.StorageTool", *storage, "--ignore-formatted"],
         capture_output=True,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from streamrec.errors import ServiceError
+from streamrec.kafka_broker import cluster_id
 from streamrec.local_ports import PORT_RANGE_ENV, free_port, port_range
 
 
@@ -33,3 +34,11 @@ def test_ports_come_from_the_range_once_each_and_skip_listened_ones(
     assert got and port not in got
     assert len(set(got)) == len(got)
     assert all(low <= p <= port for p in got)
+
+
+def test_a_kafka_cluster_id_is_never_read_as_an_option() -> None:
+    """One URL-safe base64 id in 64 starts with "-", which Kafka's storage tool takes for an
+    option; 5000 draws would meet about 78 such ids."""
+    ids = [cluster_id() for _ in range(5000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert len(set(ids)) == len(ids) and all(len(i) == 22 for i in ids)
