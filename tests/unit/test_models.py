@@ -5,7 +5,6 @@ hyper-parameter or returns the wrong shape fails with a ConfigError naming the k
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,19 +14,6 @@ from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived
 from streamrec.errors import ConfigError
 from streamrec.network import LOGIT_BIAS, SHIPPED, NetworkInputs
 from trainers.models import ModelGraph, build_model
-
-
-@pytest.fixture
-def static_program() -> Iterator[Any]:
-    import paddle
-
-    main, startup = paddle.static.Program(), paddle.static.Program()
-    paddle.enable_static()
-    try:
-        with paddle.static.program_guard(main, startup):
-            yield main
-    finally:
-        paddle.disable_static()
 
 
 def _build(cfg: PipelineConfig) -> ModelGraph:

@@ -4,7 +4,6 @@ get the tables wrong failing at load with the key named."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -36,19 +35,6 @@ def _two_tables(cfg: PipelineConfig, **small: Any) -> PipelineConfig:
             }
         },
     )
-
-
-@pytest.fixture
-def static_program() -> Iterator[Any]:
-    import paddle
-
-    main, startup = paddle.static.Program(), paddle.static.Program()
-    paddle.enable_static()
-    try:
-        with paddle.static.program_guard(main, startup):
-            yield main
-    finally:
-        paddle.disable_static()
 
 
 def test_slots_go_to_the_table_naming_them_and_the_rest_share_one(shipped_config) -> None:
