@@ -215,6 +215,11 @@ class WorkerChannel:
         self._state = self._command_state = "starting"
         self._hold_until = 0.0  # monotonic time until which heartbeats must live
         self._stop = threading.Event()
+        # one publish at a time: the heartbeat thread's SET of the state it read before a
+        # stage change could otherwise land after the new stage's SET and show the old
+        # stage for as long as the new one blocks the thread (a CI run's kill harness
+        # never saw a pass's train stage)
+        self._publishing = threading.Lock()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     def start_heartbeat(self) -> None:
@@ -239,6 +244,11 @@ class WorkerChannel:
         self._publish()
 
     def _publish(self) -> None:
+        with self._publishing:
+            if not self._stop.is_set():  # a beat after the stop would revive the key
+                self._publish_now()
+
+    def _publish_now(self) -> None:
         payload = {
             "rank": self.rank,
             "pid": os.getpid(),
@@ -260,8 +270,9 @@ class WorkerChannel:
             self._stop.wait(self._heartbeat_s)
 
     def stop_heartbeat(self) -> None:
-        self._stop.set()
-        self._r.delete(self._keys.heartbeat(WORKER, self.rank))
+        with self._publishing:
+            self._stop.set()
+            self._r.delete(self._keys.heartbeat(WORKER, self.rank))
 
     def next_command(self, block_ms: int = 1000) -> Command | None:
         """The command after the cluster's cursor, or None when none arrives in time."""

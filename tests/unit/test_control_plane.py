@@ -3,7 +3,10 @@ how long a worker's heartbeat lives (on a real redis-server)."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -60,6 +63,40 @@ def test_a_blocking_stage_heartbeat_outlives_the_call(services) -> None:
     channel.set_stage("publish")
     assert 0 < r.ttl(keys.heartbeat(WORKER, 0)) <= 4
     channel.stop_heartbeat()
+
+
+class _SlowHeartbeatThread:
+    """A Redis client whose SETs from the heartbeat thread take 0.3 s to land, as a beat's
+    can on a loaded machine."""
+
+    def __init__(self, r: Any) -> None:
+        self._r = r
+
+    def set(self, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "heartbeat":
+            time.sleep(0.3)
+        return self._r.set(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._r, name)
+
+
+def test_a_heartbeat_under_way_never_overwrites_a_newer_stage(services) -> None:
+    """The heartbeat thread reads the state, then sends it; a stage set meanwhile is sent
+    after it, never before (the old stage would show for all of the new one), and no beat
+    revives the heartbeat after the stop."""
+    r = connect(RedisConfig(url=services.redis_url))
+    keys = RedisKeys(f"order-{time.time_ns()}")
+    channel = WorkerChannel(_SlowHeartbeatThread(r), keys, 0, 30.0)  # type: ignore[arg-type]
+    channel.set_state("train 202601010000")
+    channel.set_stage("test")
+    channel.start_heartbeat()  # its first beat carries "test" and lands 0.3 s later
+    time.sleep(0.1)
+    channel.set_stage("train")
+    time.sleep(0.5)
+    assert json.loads(r.get(keys.heartbeat(WORKER, 0)))["state"] == "train 202601010000: train"
+    channel.stop_heartbeat()
+    assert not r.exists(keys.heartbeat(WORKER, 0))
 
 
 def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(services) -> None:
