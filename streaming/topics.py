@@ -46,7 +46,9 @@ def ensure_topic(
     try:
         if topic in admin.list_topics():
             return
-        admin.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs or {})])
+        # -1: the brokers' default.replication.factor (a topic made with 1 on a replicated
+        # cluster would have lost its data with one broker)
+        admin.create_topics([NewTopic(topic, partitions, -1, topic_configs=configs or {})])
         log.info("created topic %s with %d partitions", topic, partitions)
     except TopicAlreadyExistsError:
         pass

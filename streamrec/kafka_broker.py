@@ -22,6 +22,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -166,15 +167,43 @@ def cluster_id() -> str:
             return candidate
 
 
+@dataclass(frozen=True)
+class KafkaNode:
+    """Where one node of a cluster runs: its address, its ports (clients', controller's) and
+    the command prefix that runs it there (``ip netns exec <ns> ...``; empty: here)."""
+
+    host: str
+    ports: tuple[int, int]
+    prefix: tuple[str, ...] = ()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.ports[0]}"
+
+
 def node_properties(
-    data_dir: Path, host: str, port: int, controller_port: int, extra: dict[str, str]
+    node_id: int, nodes: Sequence[KafkaNode], data_dir: Path, extra: dict[str, str]
 ) -> dict[str, str]:
-    """A single KRaft node that is its own controller, with every internal topic at one
-    replica and few partitions (quick to create)."""
+    """Node ``node_id`` (1-based) of ``nodes``, each a broker and a controller: one node is
+    its own quorum; several replicate every topic to all of them (up to 3) and take writes
+    while all but one are in sync. Internal topics get few partitions (quick to create)."""
+    me = nodes[node_id - 1]
+    host, (port, controller_port) = me.host, me.ports
+    replicas = min(3, len(nodes))
+    in_sync = max(1, replicas - 1)
+    quorum = (
+        {"controller.quorum.bootstrap.servers": f"{host}:{controller_port}"}
+        if len(nodes) == 1
+        else {
+            "controller.quorum.voters": ",".join(
+                f"{i}@{n.host}:{n.ports[1]}" for i, n in enumerate(nodes, 1)
+            )
+        }
+    )
     return {
         "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
+        "node.id": str(node_id),
+        **quorum,
         "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
         "advertised.listeners": f"PLAINTEXT://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
@@ -182,13 +211,15 @@ def node_properties(
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(data_dir),
         "num.partitions": "1",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": str(replicas),
+        "min.insync.replicas": str(in_sync),
+        "offsets.topic.replication.factor": str(replicas),
         "offsets.topic.num.partitions": "8",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.replication.factor": str(replicas),
+        "transaction.state.log.min.isr": str(in_sync),
         "transaction.state.log.num.partitions": "4",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": str(replicas),
+        "share.coordinator.state.topic.min.isr": str(in_sync),
         "group.initial.rebalance.delay.ms": "0",
         # Retention counts from record timestamps: producers that stamp records with event
         # times months old (the tests' librdkafka ones) had their segments deleted by a 7-day
@@ -215,68 +246,102 @@ def start_kafka(
     kafka-python settings that reach it then. Returns once it answers metadata requests."""
     extra, client = extra or {}, client or {}
     if ports is not None:
-        return _start(log_dir, host, *ports, prefix, extra, client, timeout)
+        node = KafkaNode(host, ports, tuple(prefix))
+        return start_kafka_cluster(log_dir, [node], extra, client, timeout)[0]
     for _ in range(2):
         try:
-            return _start(log_dir, host, free_port(), free_port(), prefix, extra, client, timeout)
+            node = KafkaNode(host, (free_port(), free_port()), tuple(prefix))
+            return start_kafka_cluster(log_dir, [node], extra, client, timeout)[0]
         except PortTaken as e:
             log.info("%s; trying other ports", e)
-    return _start(log_dir, host, free_port(), free_port(), prefix, extra, client, timeout)
+    node = KafkaNode(host, (free_port(), free_port()), tuple(prefix))
+    return start_kafka_cluster(log_dir, [node], extra, client, timeout)[0]
 
 
-def _start(
+def start_kafka_cluster(
     log_dir: Path,
-    host: str,
-    port: int,
-    controller_port: int,
-    prefix: Sequence[str],
-    extra: dict[str, str],
-    client: dict[str, Any],
-    timeout: float,
-) -> RunningService:
-    home = installed_home()
-    node = Path(log_dir) / f"kafka-{port}"
-    shutil.rmtree(node, ignore_errors=True)
-    (node / "data").mkdir(parents=True)
-    properties = node / "server.properties"
-    props = node_properties(node / "data", host, port, controller_port, extra)
-    properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    jvm = [
+    nodes: Sequence[KafkaNode],
+    extra: dict[str, str] | None = None,
+    client: dict[str, Any] | None = None,
+    timeout: float = 120,
+) -> list[RunningService]:
+    """Apache Kafka on ``nodes`` (one cluster, every node a broker and a controller), each
+    node's storage under ``log_dir``; returns once every node answers metadata requests.
+    A node that fails to start stops the ones already started."""
+    new_id = cluster_id()
+    started: list[RunningService] = []
+    try:
+        for node_id in range(1, len(nodes) + 1):
+            started.append(_launch(log_dir, node_id, nodes, new_id, extra or {}, timeout))
+        for service, node in zip(started, nodes, strict=True):
+            _wait(service, node, client or {}, timeout)
+    except BaseException:
+        for service in started:
+            service.process.kill()
+        raise
+    return started
+
+
+def node_command(home: Path) -> list[str]:
+    """The JVM and class path every Kafka tool and node runs with."""
+    return [
         java(),
         *JVM_OPTIONS,
         f"-Dlog4j2.configurationFile={home / 'log4j2.yaml'}",
         "-cp",
         str(home / "libs" / "*"),
     ]
-    storage = ["format", "--standalone", "-t", cluster_id(), "-c", str(properties)]
+
+
+def _launch(
+    log_dir: Path,
+    node_id: int,
+    nodes: Sequence[KafkaNode],
+    storage_id: str,
+    extra: dict[str, str],
+    timeout: float,
+) -> RunningService:
+    me = nodes[node_id - 1]
+    jvm = node_command(installed_home())
+    folder = Path(log_dir) / f"kafka-{node_id}-{me.ports[0]}"
+    shutil.rmtree(folder, ignore_errors=True)
+    (folder / "data").mkdir(parents=True)
+    properties = folder / "server.properties"
+    props = node_properties(node_id, nodes, folder / "data", extra)
+    properties.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    alone = ["--standalone"] if len(nodes) == 1 else []  # one node: its own quorum
+    storage = ["format", *alone, "-t", storage_id, "-c", str(properties), "--ignore-formatted"]
     fmt = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", *storage, "--ignore-formatted"],
+        [*jvm, "kafka.tools.StorageTool", *storage],
         capture_output=True,
         text=True,
         timeout=timeout,
     )
     if fmt.returncode != 0:
-        raise ServiceError(f"formatting Kafka's storage in {node} failed: {fmt.stderr[-500:]}")
-    log_path = node / "broker.log"
+        raise ServiceError(f"formatting Kafka's storage in {folder} failed: {fmt.stderr[-500:]}")
+    log_path = folder / "broker.log"
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(
-            [*prefix, *jvm, "kafka.Kafka", str(properties)],
+            [*me.prefix, *jvm, "kafka.Kafka", str(properties)],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    address = f"{host}:{port}"
+    return RunningService("broker", me.address, proc, log_path, stop_timeout=60)
 
+
+def _wait(service: RunningService, node: KafkaNode, client: dict[str, Any], timeout: float) -> None:
     def answers() -> None:
         from kafka import KafkaAdminClient
 
-        if not prefix:  # the port first: a Kafka client logs each refused connection
-            socket.create_connection((host, port), timeout=1).close()
-        KafkaAdminClient(bootstrap_servers=address, request_timeout_ms=2000, **client).close()
+        if not node.prefix:  # the port first: a Kafka client logs each refused connection
+            socket.create_connection((node.host, node.ports[0]), timeout=1).close()
+        admin = KafkaAdminClient(bootstrap_servers=node.address, request_timeout_ms=2000, **client)
+        admin.close()
 
-    wait_until_answers(answers, f"Apache Kafka on {address}", proc, timeout, log_path)
-    log.info("Apache Kafka %s on %s", KAFKA_VERSION, address)
-    return RunningService("broker", address, proc, log_path, stop_timeout=60)
+    where = f"Apache Kafka on {node.address}"
+    wait_until_answers(answers, where, service.process, timeout, service.log_path)
+    log.info("Apache Kafka %s on %s", KAFKA_VERSION, node.address)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,7 +34,7 @@ def test_services_answer_and_stop(tmp_path: Path) -> None:
         assert [m.value for batch in records.values() for m in batch] == [b"hello"]
         port = int(svc.redis_url.rsplit(":", 1)[1].split("/")[0])
         broker_port = int(svc.bootstrap_servers.rsplit(":", 1)[1])
-    node = tmp_path / f"kafka-{broker_port}"
+    node = tmp_path / f"kafka-1-{broker_port}"
     assert f"Kafka version: {KAFKA_VERSION}" in (node / "broker.log").read_text()  # Kafka itself
     assert (node / "data" / ".kafka_cleanshutdown").is_file()  # stopped cleanly, not killed
     try:
