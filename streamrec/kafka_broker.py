@@ -3,7 +3,8 @@
 The broker is the ``org.apache.kafka:kafka_2.13`` jar and its runtime dependencies from
 Maven Central, at ``KAFKA_VERSION``, copied once into a cache folder by Maven (which
 verifies every jar's checksum: ``--strict-checksums``) and run on the JVM with the
-``JVM_OPTIONS`` here: the version and the JVM's settings live in this module only.
+JVM options here (``HEAP_OPTIONS``, ``PERFORMANCE_OPTIONS``): the version and the JVM's
+settings live in this module only.
 ``start_kafka`` runs one KRaft node that is its own controller (no ZooKeeper): it writes the
 node's properties, formats its storage, starts it, waits until it answers metadata requests
 and hands back a ``RunningService`` whose ``stop`` shuts it down cleanly.
@@ -20,6 +21,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,17 +37,20 @@ KAFKA_VERSION = "4.4.0"
 SCALA_VERSION = "2.13"
 LOG4J_VERSION = "2.25.5"  # the log4j the broker's own dependencies name; its slf4j binding
 CACHE_ENV = "STREAMREC_CACHE"
-# A test broker on a 2-core, 24 GiB machine: a 512 MiB heap (a node holds the tests' small
-# topics; Kafka's own guide sizes production brokers at 6 GiB), G1 with short pauses, out
-# of memory is an exit (a half-dead broker hangs its clients instead)
-JVM_OPTIONS = (
-    "-Xms256m",
-    "-Xmx512m",
-    "-XX:+UseG1GC",
-    "-XX:MaxGCPauseMillis=20",
-    "-XX:+ExitOnOutOfMemoryError",
-    "-Djava.awt.headless=true",
-)
+# A demo and test broker on a 2-core, 24 GiB machine, which starts a few dozen of them in a
+# suite beside busy trainers: a 512 MiB heap (a node holds small topics; Kafka's own guide
+# sizes production brokers at 6 GiB); the serial collector (no concurrent GC threads for a
+# heap this size) and the C1 compiler only (C2's compiles cost CPU-seconds that a broker
+# moving this little data never earns back), and the classes it loads at start read from a
+# class-data archive made once at install, as apache/kafka's image does. Measured by
+# bench/kafka_start.py against the G1 + C2 settings before them: docs/DECISIONS.md. As
+# with Kafka's own scripts, KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS replace them.
+HEAP_OPTIONS = ("-Xms256m", "-Xmx512m")
+PERFORMANCE_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+HEAP_ENV, PERFORMANCE_ENV = "KAFKA_HEAP_OPTS", "KAFKA_JVM_PERFORMANCE_OPTS"
+# out of memory is an exit: a half-dead broker hangs its clients instead
+FIXED_OPTIONS = ("-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true")
+CLASS_ARCHIVE = "kafka.jsa"
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>local.streamrec</groupId>
@@ -91,16 +96,17 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "streamrec")
 
 
-def kafka_home(root: Path | None = None) -> Path:
+def kafka_home() -> Path:
     """The folder of this version's jars (``libs/``) and its log configuration."""
-    return (root or cache_root()) / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
+    return cache_root() / f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
 
 
-def install_kafka(root: Path | None = None) -> Path:
+def install_kafka() -> Path:
     """Install the pinned broker into the cache once (Maven resolves and verifies the jars);
     its home. Idempotent; a killed install leaves no home that looks complete."""
-    home = kafka_home(root)
+    home = kafka_home()
     if (home / _COMPLETE).is_file():
+        _archive_classes(home)  # an install from before the archive gets one
         return home
     mvn = shutil.which("mvn")
     if mvn is None:
@@ -131,7 +137,39 @@ def install_kafka(root: Path | None = None) -> Path:
     shutil.rmtree(home, ignore_errors=True)
     staging.rename(home)
     log.info("Apache Kafka %s installed in %s", KAFKA_VERSION, home)
+    _archive_classes(home)
     return home
+
+
+def _archive_classes(home: Path) -> None:
+    """The class-data archive of a broker's start (a dynamic CDS archive, written when a
+    broker started here exits), once. It names the jars' paths, so it is made in the home
+    itself, after the install; without it brokers start as before, only slower."""
+    archive = home / CLASS_ARCHIVE
+    if archive.is_file():
+        return
+    partial = archive.with_name(f".{CLASS_ARCHIVE}.tmp-{os.getpid()}")
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            node = KafkaNode("127.0.0.1", (free_port(), free_port()))
+            service = _launch(
+                Path(scratch),
+                1,
+                [node],
+                cluster_id(),
+                {},
+                120,
+                (f"-XX:ArchiveClassesAtExit={partial}",),
+            )
+            try:
+                _wait(service, node, {}, 120)
+            finally:
+                service.stop()
+    except (ServiceError, OSError, subprocess.SubprocessError) as e:
+        log.warning("no class-data archive for Kafka (brokers start without one): %s", e)
+        return
+    if partial.is_file():
+        partial.rename(archive)
 
 
 def installed_home() -> Path:
@@ -282,15 +320,53 @@ def start_kafka_cluster(
     return started
 
 
-def node_command(home: Path) -> list[str]:
-    """The JVM and class path every Kafka tool and node runs with."""
+def jvm_options(home: Path) -> list[str]:
+    """The JVM's options: ``KAFKA_HEAP_OPTS`` or ``HEAP_OPTIONS``, ``KAFKA_JVM_PERFORMANCE_OPTS``
+    or ``PERFORMANCE_OPTIONS`` with the class-data archive when the install made one."""
+    heap = os.environ.get(HEAP_ENV)
+    performance = os.environ.get(PERFORMANCE_ENV)
+    archive = home / CLASS_ARCHIVE
+    archived = [f"-XX:SharedArchiveFile={archive}"] if archive.is_file() else []
+    return [
+        *(heap.split() if heap is not None else HEAP_OPTIONS),
+        *(performance.split() if performance is not None else [*PERFORMANCE_OPTIONS, *archived]),
+        *FIXED_OPTIONS,
+    ]
+
+
+def node_command(home: Path, extra: Sequence[str] = ()) -> list[str]:
+    """The JVM and class path every Kafka tool and node runs with (``extra``: JVM options
+    after ours)."""
     return [
         java(),
-        *JVM_OPTIONS,
+        *jvm_options(home),
+        *extra,
         f"-Dlog4j2.configurationFile={home / 'log4j2.yaml'}",
         "-cp",
         str(home / "libs" / "*"),
     ]
+
+
+def restart_kafka_node(
+    log_dir: Path,
+    node_id: int,
+    nodes: Sequence[KafkaNode],
+    client: dict[str, Any] | None = None,
+    timeout: float = 120,
+) -> RunningService:
+    """Node ``node_id`` of a cluster ``start_kafka_cluster`` started, started again on the
+    storage it left (a broker back from a crash); returns once it answers."""
+    service = _run_node(_node_folder(log_dir, node_id, nodes), nodes[node_id - 1])
+    try:
+        _wait(service, nodes[node_id - 1], client or {}, timeout)
+    except BaseException:
+        service.process.kill()
+        raise
+    return service
+
+
+def _node_folder(log_dir: Path, node_id: int, nodes: Sequence[KafkaNode]) -> Path:
+    return Path(log_dir) / f"kafka-{node_id}-{nodes[node_id - 1].ports[0]}"
 
 
 def _launch(
@@ -300,10 +376,11 @@ def _launch(
     storage_id: str,
     extra: dict[str, str],
     timeout: float,
+    jvm_extra: Sequence[str] = (),
 ) -> RunningService:
-    me = nodes[node_id - 1]
-    jvm = node_command(installed_home())
-    folder = Path(log_dir) / f"kafka-{node_id}-{me.ports[0]}"
+    """Node ``node_id`` on new, formatted storage (``jvm_extra``: the node's JVM options
+    after ours)."""
+    folder = _node_folder(log_dir, node_id, nodes)
     shutil.rmtree(folder, ignore_errors=True)
     (folder / "data").mkdir(parents=True)
     properties = folder / "server.properties"
@@ -312,22 +389,30 @@ def _launch(
     alone = ["--standalone"] if len(nodes) == 1 else []  # one node: its own quorum
     storage = ["format", *alone, "-t", storage_id, "-c", str(properties), "--ignore-formatted"]
     fmt = subprocess.run(
-        [*jvm, "kafka.tools.StorageTool", *storage],
+        [*node_command(installed_home()), "kafka.tools.StorageTool", *storage],
         capture_output=True,
         text=True,
         timeout=timeout,
     )
     if fmt.returncode != 0:
         raise ServiceError(f"formatting Kafka's storage in {folder} failed: {fmt.stderr[-500:]}")
+    return _run_node(folder, nodes[node_id - 1], jvm_extra)
+
+
+def _run_node(folder: Path, node: KafkaNode, jvm_extra: Sequence[str] = ()) -> RunningService:
+    """The node whose properties and storage are in ``folder``, its output appended to
+    ``broker.log`` there."""
     log_path = folder / "broker.log"
-    with open(log_path, "wb") as out:
+    properties = str(folder / "server.properties")
+    command = [*node_command(installed_home(), jvm_extra), "kafka.Kafka", properties]
+    with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            [*me.prefix, *jvm, "kafka.Kafka", str(properties)],
+            [*node.prefix, *command],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return RunningService("broker", me.address, proc, log_path, stop_timeout=60)
+    return RunningService("broker", node.address, proc, log_path, stop_timeout=60)
 
 
 def _wait(service: RunningService, node: KafkaNode, client: dict[str, Any], timeout: float) -> None:
