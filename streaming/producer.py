@@ -30,6 +30,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from kafka import KafkaProducer
 
+from streaming.deliveries import Deliveries
 from streaming.kafka_clients import producer_settings
 from streaming.synthetic import SyntheticBatch, SyntheticStream, record_best_auc
 from streaming.topics import ensure_topic
@@ -68,11 +69,13 @@ def send_messages(
     rate: float | None = None,
 ) -> int:
     """Send messages keyed by event id (dicts become JSON; bytes go as they are), at most
-    ``rate`` per second, with a progress line every ``progress_every``; flush; count."""
+    ``rate`` per second, with a progress line every ``progress_every``; flush; count.
+    Raises ``KafkaUnavailable`` if Kafka did not take some of them."""
     sent = 0
+    deliveries = Deliveries()
     start = time.monotonic()
     for topic, event in messages:
-        _send(producer, topic, event)
+        _send(producer, topic, event, deliveries)
         sent += 1
         if rate:
             ahead = sent / rate - (time.monotonic() - start)
@@ -86,6 +89,7 @@ def send_messages(
     producer.flush()
     if progress_every:
         print(f"\rproduced {sent:,} events in {time.monotonic() - start:.1f}s", file=sys.stderr)
+    deliveries.check()
     return sent
 
 
@@ -174,11 +178,13 @@ def produce_live(
     """A live synthetic stream until ``stop`` is set: impressions timed now, ``rate`` per
     second, each click sent when its time comes; each closed window's best reachable AUC is
     recorded for reports. Returns the impressions sent; ``sent_by_window`` (if given) gets
-    the impressions sent in each window (pass id -> count) as they are sent."""
+    the impressions sent in each window (pass id -> count) as they are sent. Raises
+    ``KafkaUnavailable`` if Kafka did not take some of them."""
     ensure_event_topics(cfg)
     # A run-specific id prefix: a restarted live producer must not reuse event ids.
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic, id_prefix=f"live{int(time.time())}")
     producer = make_producer(cfg.kafka)
+    deliveries = Deliveries()
     clicks: list[tuple[int, int, dict[str, Any]]] = []  # (click_time, seq, click) heap
     windows: dict[str, list[SyntheticBatch]] = {}
     label_ms = cfg.join.label_window_seconds * 1000 if cfg.join.mode == "click_join" else 0
@@ -201,7 +207,7 @@ def produce_live(
                 )
                 for topic, event in messages_for(cfg, batch):
                     if topic == cfg.kafka.impressions_topic:
-                        _send(producer, topic, event)
+                        _send(producer, topic, event, deliveries)
                     else:
                         seq += 1
                         heapq.heappush(clicks, (event["click_time"], seq, event))
@@ -210,7 +216,7 @@ def produce_live(
                     window = compose_pass_id(last_ms, cfg.passes.pass_minutes)
                     sent_by_window[window] = sent_by_window.get(window, 0) + n
             while clicks and clicks[0][0] <= now_ms:
-                _send(producer, cfg.join.clicks_topic, heapq.heappop(clicks)[2])
+                _send(producer, cfg.join.clicks_topic, heapq.heappop(clicks)[2], deliveries)
             last_ms = now_ms
             closed = [
                 p for p in windows if window_ms(p, cfg.passes.pass_minutes)[1] + label_ms < now_ms
@@ -231,16 +237,22 @@ def produce_live(
     finally:
         producer.flush()
         producer.close()
+    deliveries.check()
     return sent
 
 
-def _send(producer: KafkaProducer, topic: str, event: dict[str, Any] | bytes) -> None:
+def _send(
+    producer: KafkaProducer,
+    topic: str,
+    event: dict[str, Any] | bytes,
+    deliveries: Deliveries,
+) -> None:
     """One message: raw bytes as they are, an event as JSON keyed by its event id."""
     if isinstance(event, bytes):
-        producer.send(topic, value=event)
+        deliveries.watch(producer.send(topic, value=event))
     else:
         key = str(event.get("event_id", "")).encode()
-        producer.send(topic, value=json.dumps(event).encode(), key=key)
+        deliveries.watch(producer.send(topic, value=json.dumps(event).encode(), key=key))
 
 
 def _concat(batches: list[SyntheticBatch]) -> SyntheticBatch:
