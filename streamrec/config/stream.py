@@ -16,10 +16,14 @@ class PassConfig(_Strict):
         60, ge=0, description="A window closes once the watermark is this far past its end."
     )
     idle_partition_seconds: float = Field(
-        10,
+        45,
         gt=0,
-        description="A partition with no new events for this long stops holding "
-        "the watermark back (so one quiet partition cannot stall every pass).",
+        description="A partition caught up with the broker and without new events for "
+        "this long stops holding the watermark back (so one quiet partition cannot stall "
+        "every pass). Keep it above the longest a producer may hold events back while a "
+        "broker fails over: its request timeout (30 s by default) plus the brokers' "
+        "session timeout (9 s); shorter, a broker lost mid-window makes events late "
+        "(docs/DECISIONS.md, 'A broker lost').",
     )
     max_future_seconds: int = Field(
         3600,

@@ -12,6 +12,7 @@ fails, and SIGKILLs whatever still runs inside a namespace.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import os
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 from streamrec.kafka_broker import start_kafka
 
 NETNS_ETC = Path("/etc/netns")
+SUBNET_LOCK = Path("/run/lock/streamrec-test-networks.lock")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -108,13 +110,8 @@ class Network:
     def __init__(self, names: list[str]) -> None:
         self.tag = uuid.uuid4().hex[:5]
         self.bridge = f"srb{self.tag}"
-        self.subnet = self._free_subnet()
-        base = self.subnet.network_address
-        self.gateway = str(base + 1)
-        self.hosts = {
-            name: Host(name, f"sr{self.tag}-{name}", str(base + 10 + i), f"srv{self.tag}{i}")
-            for i, name in enumerate(names)
-        }
+        self.names = names
+        self.hosts: dict[str, Host] = {}
 
     @staticmethod
     def _free_subnet() -> ipaddress.IPv4Network:
@@ -134,13 +131,24 @@ class Network:
 
     def __enter__(self) -> Network:
         try:
-            self._make()
+            # one network at a time picks its subnet and takes it (its bridge's address is
+            # the route the next one sees): concurrent test workers would pick the same
+            with open(SUBNET_LOCK, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                self._make()
         except BaseException:
             self.remove()
             raise
         return self
 
     def _make(self) -> None:
+        self.subnet = self._free_subnet()
+        base = self.subnet.network_address
+        self.gateway = str(base + 1)
+        self.hosts = {
+            name: Host(name, f"sr{self.tag}-{name}", str(base + 10 + i), f"srv{self.tag}{i}")
+            for i, name in enumerate(self.names)
+        }
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
