@@ -4,6 +4,7 @@ config, the StatefulSets' pods, their names, ports and the shared volume agree."
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from streamrec.config import PipelineConfig, load_config
+from streamrec.kafka_broker import KAFKA_VERSION
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 VERSION = "1.34"
@@ -57,9 +59,18 @@ def test_a_misspelt_field_is_caught() -> None:
         kubernetes_validate.validate(broken, VERSION, strict=True)
 
 
+def _ours(kind: str) -> dict[str, dict[str, Any]]:
+    """The objects of ``kind`` that run streamrec (not the Kafka beside it)."""
+    return {
+        name: o
+        for name, o in _by_kind(kind).items()
+        if o["metadata"]["labels"]["app.kubernetes.io/name"] == "streamrec"
+    }
+
+
 def test_every_node_is_a_statefulset_pod_at_its_stable_name(repo: Path, tmp_path: Path) -> None:
     cfg = _pipeline(repo, tmp_path)
-    sets, services = _by_kind("StatefulSet"), _by_kind("Service")
+    sets, services = _ours("StatefulSet"), _by_kind("Service")
     pods: dict[str, tuple[str, set[int]]] = {}
     for name, stateful in sets.items():
         spec = stateful["spec"]
@@ -92,7 +103,7 @@ def test_every_pod_shares_the_data_volume_and_reads_secrets_from_the_secret(
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     for path in (cfg.paths.data_root, cfg.paths.checkpoint_root, cfg.paths.work_root):
         assert str(path).startswith("/data/")
-    workloads = {**_by_kind("StatefulSet"), **_by_kind("Deployment")}
+    workloads = {**_ours("StatefulSet"), **_ours("Deployment")}
     assert workloads["streamrec-pass-builder"]["spec"]["replicas"] >= 2
     assert workloads["streamrec-serving"]["spec"]["replicas"] >= 2
     for name, workload in workloads.items():
@@ -111,3 +122,28 @@ def test_every_pod_shares_the_data_volume_and_reads_secrets_from_the_secret(
     serving = workloads["streamrec-serving"]["spec"]["template"]["spec"]["containers"][0]
     assert serving["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert serving["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_kafka_is_three_kraft_nodes_on_the_tested_version(repo: Path, tmp_path: Path) -> None:
+    """The Kafka beside the pipeline runs the version the tests run, as three nodes that
+    each vote, every topic at 3 replicas writing while 2 are in sync, and the pipeline's
+    bootstrap address is its Service."""
+    cfg = _pipeline(repo, tmp_path)
+    kafka = _by_kind("StatefulSet")["kafka"]["spec"]
+    container = kafka["template"]["spec"]["containers"][0]
+    assert container["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    env = {e["name"]: e["value"] for e in container["env"]}
+    headless = _by_kind("Service")[kafka["serviceName"]]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"]
+    voters = [f"{i + 1}@kafka-{i}.{kafka['serviceName']}:9093" for i in range(kafka["replicas"])]
+    assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",") == voters
+    assert kafka["replicas"] == 3 and kafka["podManagementPolicy"] == "Parallel"
+    for key in ("DEFAULT_REPLICATION_FACTOR", "OFFSETS_TOPIC_REPLICATION_FACTOR",
+                "TRANSACTION_STATE_LOG_REPLICATION_FACTOR"):  # fmt: skip
+        assert env[f"KAFKA_{key}"] == "3", key
+    assert env["KAFKA_MIN_INSYNC_REPLICAS"] == env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "2"
+    assert len(base64.urlsafe_b64decode(env["CLUSTER_ID"] + "==")) == 16  # a KRaft cluster id
+    assert _by_kind("PodDisruptionBudget")["kafka"]["spec"]["maxUnavailable"] == 1
+    host, port = cfg.kafka.bootstrap_servers.split(":")
+    ports = {p["port"] for p in _by_kind("Service")[host]["spec"]["ports"]}
+    assert int(port) in ports
