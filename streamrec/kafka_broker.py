@@ -8,6 +8,8 @@ settings live in this module only.
 ``start_kafka`` runs one KRaft node that is its own controller (no ZooKeeper): it writes the
 node's properties, formats its storage, starts it, waits until it answers metadata requests
 and hands back a ``RunningService`` whose ``stop`` shuts it down cleanly.
+``start_kafka_cluster`` runs several such nodes as one replicated cluster (each a broker
+and a voter), and ``restart_kafka_node`` starts one of them again on the storage it left.
 
     python -m streamrec.kafka_broker install     # what scripts/setup.sh runs
 """
