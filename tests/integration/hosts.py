@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from pathlib import Path
 from streamrec.kafka_broker import start_kafka
 
 NETNS_ETC = Path("/etc/netns")
-SUBNET_LOCK = Path("/run/lock/streamrec-test-networks.lock")
+SUBNET_LOCK = Path(tempfile.gettempdir()) / "streamrec-test-networks.lock"
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
