@@ -37,6 +37,10 @@ _SESSION_ENV = {
     "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
     "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
     "STREAMREC_LOG_LEVEL": "INFO",
+    # Airflow's default loop, not the live demo's 0.25 s (ops/airflow_local.py TUNING): the
+    # idle scheduler then takes 6% of a core instead of 18%, on a suite bound by its CPU;
+    # no test measures the time between tasks
+    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1",
 }
 # seconds, for tests without a timeout mark: {integration?: timeout}. The slow modules mark
 # their own (pytestmark); each is about three times what the test takes under the parallel
