@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cpu_report import CpuReport
 from hypothesis import settings
 
 from serving_export.manifest import ARTIFACT_VERSION, ArtifactManifest
@@ -76,7 +77,18 @@ def _worker_ports() -> str:
     return f"{low}-{low + size - 1}"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--cpu-report",
+        type=Path,
+        metavar="DIR",
+        help="record each test's CPU in DIR and print it per module at the end (cpu_report.py)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    if folder := config.getoption("--cpu-report"):
+        config.pluginmanager.register(CpuReport(folder), "cpu_report")
     # Airflow reads its settings at import: each worker gets its own home (and so its own
     # sqlite database), made here and removed at the end of the session.
     home = tempfile.mkdtemp(prefix=f"streamrec-airflow-{WORKER}-")
