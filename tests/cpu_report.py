@@ -1,4 +1,4 @@
-"""Where the suite's CPU goes: ``--cpu-report DIR`` records, for every test, the CPU time of
+"""Where the suite's CPU goes: ``--cpu-report=DIR`` records, for every test, the CPU time of
 the pytest process running it and of the child processes it reaped meanwhile, and the
 controller prints the sum per module at the end (most first).
 
