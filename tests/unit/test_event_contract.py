@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from functools import cache
+from collections.abc import Iterator
 from typing import Any
 
 import hypothesis_jsonschema._from_schema as library_strategies
@@ -49,18 +49,13 @@ def _config(shipped: PipelineConfig, mode: str, missing: str) -> PipelineConfig:
     )
 
 
-@cache
-def _drawn_from(schema_json: str) -> SearchStrategy[Any]:
-    """One strategy per schema, drawn from by every example, instead of one built per
-    example: the three slowest of these tests took 45 s here instead of 56 s."""
-    return from_schema(json.loads(schema_json))
-
-
-def _reuse_subschema_strategies() -> None:
-    """hypothesis-jsonschema builds an object's value strategies anew for every key of every
-    example it draws; a strategy only describes values, so one per subschema serves every
-    draw with the same distribution. One case of the near-boundary property took 5.5 s
-    instead of 35 s (2026-11-27): 86% of its time was that building."""
+@pytest.fixture(scope="module", autouse=True)
+def _one_strategy_per_subschema() -> Iterator[None]:
+    """hypothesis-jsonschema builds the strategy of a schema, and of each of an object's
+    values, anew for every key of every example it draws. A strategy only describes values,
+    so while these tests run one per subschema serves every draw with the same
+    distribution: one case of the near-boundary property took 5.5 s instead of 35 s
+    (2026-11-27), 86% of its time having been that building."""
     build = vars(library_strategies)["__from_schema"]
     built: dict[tuple[str, bool, str | None], SearchStrategy[Any]] = {}
 
@@ -72,14 +67,9 @@ def _reuse_subschema_strategies() -> None:
             built[key] = build(schema, alphabet=alphabet, custom_formats=None)
         return built[key]
 
-    vars(library_strategies)["__from_schema"] = reused
-
-
-_reuse_subschema_strategies()
-
-
-def _from_schema(schema: dict[str, Any]) -> SearchStrategy[Any]:
-    return _drawn_from(json.dumps(schema, sort_keys=True))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(vars(library_strategies), "__from_schema", reused)
+        yield
 
 
 def _builder_accepts(cfg: PipelineConfig, kind: str, raw: bytes) -> bool:
@@ -128,7 +118,7 @@ def test_what_the_schema_accepts_the_builder_accepts(
     shipped_config: PipelineConfig, case: int, data: st.DataObject
 ) -> None:
     cfg, kind, schema = _cases(shipped_config)[case]
-    event = data.draw(_from_schema(schema))
+    event = data.draw(from_schema(schema))
     raw = json.dumps(event).encode()
     assert _builder_accepts(cfg, kind, raw), event
     if kind == "impression" and cfg.kafka.missing_event_time == "dead_letter":
@@ -197,7 +187,7 @@ def _mutate(event: Any, place: tuple[str, ...], value: Any) -> Any:
 def near_events(draw: st.DrawFn, schema: dict[str, Any]) -> Any:
     """A JSON value the schema accepts, or any value, with up to two fields replaced or
     removed: most land near the boundary, on either side."""
-    event = draw(VALUE if draw(st.integers(0, 3)) == 0 else _from_schema(schema))
+    event = draw(VALUE if draw(st.integers(0, 3)) == 0 else from_schema(schema))
     for _ in range(draw(st.integers(0, 2))):
         place = draw(st.sampled_from(PLACES))
         event = _mutate(event, place, draw(st.one_of(st.just(DELETE), VALUE)))
