@@ -535,14 +535,17 @@ def test_overload_gets_a_fast_503_with_its_reason_and_the_service_recovers(stack
     probes: list[int] = []
     stop = threading.Event()
 
+    # one client for the 12 threads (httpx's is thread-safe): a client each loaded the CA
+    # bundle 12 times over, 6 CPU-seconds of this test
+    shared = httpx.Client(base_url=svc.url, timeout=30, limits=httpx.Limits(max_connections=12))
+
     def client() -> None:
-        with httpx.Client(base_url=svc.url, timeout=30) as c:
-            while not stop.is_set():
-                r = c.post("/predict", json={"events": events})
-                if r.status_code == 503:
-                    refused.append(r)
-                elif r.status_code != 200:
-                    others.append(f"{r.status_code} {r.text}")
+        while not stop.is_set():
+            r = shared.post("/predict", json={"events": events})
+            if r.status_code == 503:
+                refused.append(r)
+            elif r.status_code != 200:
+                others.append(f"{r.status_code} {r.text}")
 
     try:
         svc.wait_for(version)
@@ -577,4 +580,5 @@ def test_overload_gets_a_fast_503_with_its_reason_and_the_service_recovers(stack
         assert "streamrec_serving_in_flight 0.0" in metrics
     finally:
         stop.set()
+        shared.close()
         svc.stop()
