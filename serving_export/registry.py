@@ -21,7 +21,7 @@ import redis
 
 from serving_export.errors import NothingServing, RegistryConflict
 from serving_export.manifest import ArtifactManifest
-from streamrec.redis_keys import RedisKeys
+from streamrec.redis_keys import SCAN_COUNT, RedisKeys
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,9 @@ class ModelRegistry:
 
     def replicas(self) -> list[ReplicaNote]:
         """What every running service noted, by replica name."""
-        keys = sorted(self._r.scan_iter(self._keys.registry_replica(self._model, "*")))
+        keys = sorted(
+            self._r.scan_iter(self._keys.registry_replica(self._model, "*"), count=SCAN_COUNT)
+        )
         return [ReplicaNote(**json.loads(v)) for v in self._r.mget(keys) if v] if keys else []
 
     def serving_version(self) -> str | None:
