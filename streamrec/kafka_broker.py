@@ -232,7 +232,12 @@ def node_properties(
     replicas = min(3, len(nodes))
     in_sync = max(1, replicas - 1)
     quorum = (
-        {"controller.quorum.bootstrap.servers": f"{host}:{controller_port}"}
+        {
+            "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
+            # a lone controller's no-op records (every 500 ms by default) only tell its own
+            # broker the metadata log is live: 2.39 -> 1.77 CPU-s per idle 90 s (DECISIONS)
+            "metadata.max.idle.interval.ms": "5000",
+        }
         if len(nodes) == 1
         else {
             "controller.quorum.voters": ",".join(
