@@ -44,8 +44,8 @@ from streamrec.passes import (
     slices_root,
     window_ms,
 )
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import expired, list_checkpoints
 
 log = logging.getLogger(__name__)
@@ -157,10 +157,10 @@ def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datet
     cutoff = _cutoff_id(now, cfg.retention.redis_days)
     why = f"pass older than {cfg.retention.redis_days:g} days"
     for pattern in (keys.pass_status("*"), keys.done("*", "*")):
-        for key in r.scan_iter(pattern, count=SCAN_COUNT):
+        for key in scan_keys(r, pattern):
             if key.rsplit(":", 1)[1] < cutoff:
                 yield Deletion("redis", key, why)
-    for key in r.scan_iter(keys.command("*"), count=SCAN_COUNT):
+    for key in scan_keys(r, keys.command("*")):
         pass_id = r.hget(key, "pass_id")
         if pass_id and pass_id < cutoff:
             yield Deletion("redis", key, why)

@@ -32,8 +32,8 @@ from streamrec.passes import (
     read_manifest,
     window_ms,
 )
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 from trainers.results import TrainResult
 
 log = logging.getLogger(__name__)
@@ -148,7 +148,7 @@ def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None
     prefix = keys.pass_status("")
     holds = read_holds(cfg.paths.data_root)
     known = set(complete_passes(cfg.paths.data_root))
-    known |= {k[len(prefix) :] for k in r.scan_iter(keys.pass_status("*"), count=SCAN_COUNT)}
+    known |= {k[len(prefix) :] for k in scan_keys(r, keys.pass_status("*"))}
     known |= {h.pass_id for h in holds if h.pass_id}
     ids = sorted(known)[-limit:]
     pipe = r.pipeline(transaction=False)

@@ -21,7 +21,8 @@ import redis
 
 from serving_export.errors import NothingServing, RegistryConflict
 from serving_export.manifest import ArtifactManifest
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import scan_keys
+from streamrec.redis_keys import RedisKeys
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,7 @@ class ModelRegistry:
 
     def replicas(self) -> list[ReplicaNote]:
         """What every running service noted, by replica name."""
-        keys = sorted(
-            self._r.scan_iter(self._keys.registry_replica(self._model, "*"), count=SCAN_COUNT)
-        )
+        keys = sorted(scan_keys(self._r, self._keys.registry_replica(self._model, "*")))
         return [ReplicaNote(**json.loads(v)) for v in self._r.mget(keys) if v] if keys else []
 
     def serving_version(self) -> str | None:

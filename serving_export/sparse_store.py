@@ -32,8 +32,8 @@ from serving_export.errors import ServingError
 from serving_export.manifest import ArtifactManifest
 from serving_export.sparse_table import LayeredTables
 from streamrec.config import RedisConfig
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
 
@@ -206,5 +206,5 @@ class RedisStore:
         builds on)."""
         self._r.hdel(self._keys.sparse_layers(self._model), version)
         pattern = self._keys.sparse_layer_pattern(self._model, version)
-        for key in self._r.scan_iter(match=pattern, count=SCAN_COUNT):
+        for key in scan_keys(self._r, pattern):
             self._r.unlink(key)

@@ -4,6 +4,8 @@ URL, ACL user and password (read from the environment or a file, ``streamrec.sec
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -14,6 +16,11 @@ from streamrec.errors import ConfigError, ServiceError
 from streamrec.secrets import redact_url
 
 log = logging.getLogger(__name__)
+
+# keys per SCAN round trip: redis-py's default of 10 made one pattern scan of a Redis that
+# also holds a sparse store, or a long history, thousands of round trips (a worker's
+# heartbeats: 1.5 s among 50,000 keys, 32 ms at 1,000; DECISIONS)
+SCAN_COUNT = 1000
 
 # what the pipeline writes inside MULTI/EXEC (commands, done markers, registry switches)
 TRANSACTION_WRITES = (
@@ -99,3 +106,9 @@ def aof_loses_transactions(client: redis.Redis) -> bool:
     except redis.ResponseError:
         return False
     return any(reply not in ("OK", b"OK") for reply in replies)
+
+
+def scan_keys(client: redis.Redis, pattern: str) -> Iterator[Any]:
+    """Every key matching ``pattern`` (str, or bytes from a client made with
+    ``decode=False``), ``SCAN_COUNT`` keys a round trip: the one way the pipeline scans."""
+    return client.scan_iter(match=pattern, count=SCAN_COUNT)

@@ -44,10 +44,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KEY_VERSION = 1
-# keys per SCAN round trip (every scan_iter of the pipeline's keys passes it): redis-py's
-# default of 10 made one pattern scan of a Redis that also holds a sparse store, or a long
-# history, thousands of round trips; a suite spent ~100 s in such scans for heartbeats
-SCAN_COUNT = 1000
 
 
 @dataclass(frozen=True)

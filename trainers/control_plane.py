@@ -27,8 +27,8 @@ import redis
 
 from streamrec.config import PipelineConfig
 from streamrec.passes import closes_day
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 from streamrec.waiting import poll_until
 from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
 from trainers.results import TrainResult
@@ -104,7 +104,7 @@ class ClusterClient:
 
     def live_workers(self) -> list[dict[str, Any]]:
         """Heartbeats of the workers alive now."""
-        keys = list(self._r.scan_iter(self._keys.heartbeat_pattern(WORKER), count=SCAN_COUNT))
+        keys = list(scan_keys(self._r, self._keys.heartbeat_pattern(WORKER)))
         return [json.loads(v) for v in self._r.mget(keys) if v] if keys else []
 
     def wait(self, command_id: str, timeout_s: float | None = None) -> dict[str, Any]:
@@ -337,7 +337,7 @@ class WorkerChannel:
         ``pass_id`` (the restored model's newest), so those passes are trained again."""
         dropped = []
         for kind in RESTARTABLE:
-            for key in self._r.scan_iter(self._keys.done(kind, "*"), count=SCAN_COUNT):
+            for key in scan_keys(self._r, self._keys.done(kind, "*")):
                 if key.rsplit(":", 1)[1] > pass_id:
                     dropped.append(key)
         if dropped:
@@ -352,7 +352,7 @@ class WorkerChannel:
     def adopt_rank_cursors(self) -> None:
         """Leader only, at start: a cluster whose workers each kept a cursor (before the
         cluster's one) resumes after the command all of them had finished."""
-        legacy = list(self._r.scan_iter(self._keys.rank_cursor_pattern(WORKER), count=SCAN_COUNT))
+        legacy = list(scan_keys(self._r, self._keys.rank_cursor_pattern(WORKER)))
         if not legacy:
             return
         ids = [v for v in self._r.mget(legacy) if v]

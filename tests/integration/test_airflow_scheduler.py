@@ -30,8 +30,8 @@ from ops.report import X_LABEL, plots
 from ops.status import PassRow, stale_after_seconds
 from serving_export.delivery import registry_for
 from streamrec.passes import complete_passes, pass_id_at
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 
@@ -56,7 +56,7 @@ def _train_commands(stack: LiveStack) -> dict[str, list[dict[str, Any]]]:
     'already done' acknowledgements of a repeated command)."""
     r, keys = connect(stack.cfg.redis), RedisKeys(stack.cfg.name)
     trained: dict[str, list[dict[str, Any]]] = {}
-    for key in r.scan_iter(keys.command("*"), count=SCAN_COUNT):
+    for key in scan_keys(r, keys.command("*")):
         command = r.hgetall(key)
         if command.get("kind") == "train" and command.get("status") == "done":
             result = json.loads(command["result"])

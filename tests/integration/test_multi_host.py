@@ -64,8 +64,8 @@ from streamrec.config import (
     with_services,
 )
 from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
 
@@ -349,7 +349,7 @@ class Stack:
     def train_results(self) -> dict[str, list[dict[str, Any]]]:
         """Every train command that trained (not an 'already done' answer), by pass."""
         trained: dict[str, list[dict[str, Any]]] = {}
-        for key in self.r.scan_iter(self.keys.command("*"), count=SCAN_COUNT):
+        for key in scan_keys(self.r, self.keys.command("*")):
             command = self.r.hgetall(key)
             if command.get("kind") == "train" and command.get("status") == "done":
                 result = json.loads(command["result"])

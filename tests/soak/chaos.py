@@ -85,8 +85,8 @@ from streamrec.kafka_broker import start_kafka
 from streamrec.local_ports import free_port
 from streamrec.logs import setup_logging
 from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
@@ -380,7 +380,7 @@ class Soak:
         """Every train command that trained (not an 'already done' answer), by pass."""
         r, keys = connect(self.cfg.redis), RedisKeys(self.cfg.name)
         trained: dict[str, list[dict[str, Any]]] = {}
-        for key in r.scan_iter(keys.command("*"), count=SCAN_COUNT):
+        for key in scan_keys(r, keys.command("*")):
             command = r.hgetall(key)
             if command.get("kind") == "train" and command.get("status") == "done":
                 result = json.loads(command["result"])

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from streamrec.config import RedisConfig
-from streamrec.redis_conn import connect
-from streamrec.redis_keys import SCAN_COUNT, RedisKeys
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import WORKER, Command, WorkerChannel
 from trainers.worker_context import blocking_hold_s
 
@@ -124,5 +124,5 @@ def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(servi
     r.set(f"{keys.prefix}:cursor:{WORKER}:1", ids[0])
     leader.adopt_rank_cursors()
     assert r.get(keys.cursor) == ids[0]
-    assert not list(r.scan_iter(keys.rank_cursor_pattern(WORKER), count=SCAN_COUNT))
+    assert not list(scan_keys(r, keys.rank_cursor_pattern(WORKER)))
     assert other.next_command(10).id == "c2"
