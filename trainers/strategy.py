@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamrec.config import ModelConfig, PipelineConfig, SparseTableSpec, sparse_tables
+from trainers import peer_wait
 from trainers.models import ModelGraph, build_model
 
 SGD_RULES = {
@@ -159,15 +160,23 @@ def seed_programs(seed: int) -> None:
 
 def build_distributed_program(cfg: PipelineConfig) -> ModelGraph:
     """Join the fleet in this process's PS role and build the model's program, minimised by
-    the distributed optimizer: servers and workers build the same one."""
+    the distributed optimizer: servers and workers build the same one. Members find each
+    other without Paddle's naps (``peer_wait``)."""
     import paddle
     from paddle.distributed import fleet
 
     paddle.enable_static()
+    worker = peer_wait.is_worker()
+    if worker:
+        peer_wait.wait_listening(peer_wait.gloo_store())
+    else:
+        peer_wait.shorten_gloo_store_naps()
     fleet.init(is_collective=False)
     if cfg.model.seed is not None:
         seed_programs(cfg.model.seed)
     graph = build_model(cfg.feature_schema, cfg.model)
     optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg))
+    if worker:  # the servers open their ports once they have built the same program
+        peer_wait.wait_listening(peer_wait.servers())
     optimizer.minimize(graph.loss)
     return graph
