@@ -23,7 +23,7 @@ from streamrec.waiting import poll_until
 from trainers import cluster_main
 from trainers.control_plane import GENERATION_ENV, NODE_ENV, STARTED_ENV, ClusterClient
 from trainers.errors import ClusterUnavailable
-from trainers.topology import Role, Topology
+from trainers.topology import ROLE_ENV, Role, Topology
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class NodeProcesses:
                 if child.status() != psutil.STATUS_ZOMBIE and any(
                     arg.endswith("cluster_main.py") for arg in child.cmdline()
                 ):
-                    alive.append((child, child.environ().get("TRAINING_ROLE", "")))
+                    alive.append((child, child.environ().get(ROLE_ENV, "")))
             except psutil.NoSuchProcess:
                 continue
         return alive

@@ -23,13 +23,13 @@ import socket
 import time
 
 from streamrec.waiting import poll_until
+from trainers.topology import ROLE_ENV, Role
 
 GLOO_ENV = "PADDLE_GLOO_HTTP_ENDPOINT"  # set by fleetrun on every member
 WITH_GLOO_ENV = "PADDLE_WITH_GLOO"
 SERVERS_ENV = "PADDLE_PSERVERS_IP_PORT_LIST"
 # Paddle waits for the servers only under its launch barrier (on unless this is "0")
 LAUNCH_BARRIER_ENV = "FLAGS_LAUNCH_BARRIER"
-ROLE_ENV = "TRAINING_ROLE"
 PADDLE_NAPS_ENV = "STREAMREC_PADDLE_NAPS"
 INTERVAL_S = 0.05
 # past this, Paddle's own wait (which has no bound) takes over, as it would without us
@@ -62,9 +62,10 @@ def wait_listening(endpoints: list[str], timeout_s: float = TIMEOUT_S) -> bool:
     return poll_until(all_listening, timeout_s, INTERVAL_S) is not None
 
 
-def is_worker() -> bool:
-    """Whether this fleetrun member is a worker (``TRAINER``), from fleetrun's environment."""
-    return os.environ.get(ROLE_ENV) == "TRAINER"
+def member_role() -> Role | None:
+    """This process's role in a fleetrun cluster; None outside one."""
+    role = os.environ.get(ROLE_ENV)
+    return role if role in ("PSERVER", "TRAINER") else None  # type: ignore[return-value]
 
 
 def gloo_store() -> list[str]:

@@ -166,17 +166,17 @@ def build_distributed_program(cfg: PipelineConfig) -> ModelGraph:
     from paddle.distributed import fleet
 
     paddle.enable_static()
-    worker = peer_wait.is_worker()
-    if worker:
+    role = peer_wait.member_role()
+    if role == "TRAINER":
         peer_wait.wait_listening(peer_wait.gloo_store())
-    else:
+    elif role == "PSERVER":  # server 0 hosts the store; the others never nap there
         peer_wait.shorten_gloo_store_naps()
     fleet.init(is_collective=False)
     if cfg.model.seed is not None:
         seed_programs(cfg.model.seed)
     graph = build_model(cfg.feature_schema, cfg.model)
     optimizer = fleet.distributed_optimizer(build_optimizer(cfg.model), build_strategy(cfg))
-    if worker:  # the servers open their ports once they have built the same program
+    if role == "TRAINER":  # the servers open their ports once they have built the same program
         peer_wait.wait_listening(peer_wait.servers())
     optimizer.minimize(graph.loss)
     return graph

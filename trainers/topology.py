@@ -19,6 +19,7 @@ from streamrec.errors import ConfigError, ServiceError
 from streamrec.local_ports import free_port
 
 Role = Literal["PSERVER", "TRAINER"]
+ROLE_ENV = "TRAINING_ROLE"  # where fleetrun tells each member its Role
 LOCAL_NODE = "local"
 
 

@@ -90,6 +90,7 @@ from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
+from trainers.topology import ROLE_ENV
 
 log = logging.getLogger("soak")
 REPO = Path(__file__).resolve().parents[2]
@@ -519,7 +520,7 @@ class Soak:
         assert self.cluster.proc is not None
         for child in psutil.Process(self.cluster.proc.pid).children(recursive=True):
             try:
-                if child.environ().get("TRAINING_ROLE") == role and "cluster_main" in " ".join(
+                if child.environ().get(ROLE_ENV) == role and "cluster_main" in " ".join(
                     child.cmdline()
                 ):
                     return child

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainers import peer_wait
+from trainers.topology import ROLE_ENV
 
 
 def _closed_port() -> int:
@@ -58,6 +59,14 @@ def test_waits_only_where_paddle_would(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(peer_wait.LAUNCH_BARRIER_ENV)
     monkeypatch.setenv(peer_wait.PADDLE_NAPS_ENV, "1")  # Paddle's own waits, as shipped
     assert peer_wait.gloo_store() == [] and peer_wait.servers() == []
+
+
+def test_a_members_role_comes_from_fleetrun(monkeypatch: pytest.MonkeyPatch) -> None:
+    for role in ("PSERVER", "TRAINER"):
+        monkeypatch.setenv(ROLE_ENV, role)
+        assert peer_wait.member_role() == role
+    monkeypatch.delenv(ROLE_ENV)
+    assert peer_wait.member_role() is None  # not started by fleetrun: no waits, no patch
 
 
 def test_short_naps_are_short() -> None:
