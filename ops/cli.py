@@ -178,8 +178,9 @@ def _schema(args: argparse.Namespace) -> int:
     schemas = pipeline_schemas(cfg)
     if args.event not in schemas:
         raise ConfigError(
-            f"{args.config}: join.mode is {cfg.join.mode}, which reads no {args.event} events "
-            f"(it reads: {', '.join(schemas)})"
+            f"{args.config}: the pipeline reads no {args.event} events (it reads: "
+            f"{', '.join(schemas)}; a label joined from its own topic is listed in "
+            "schema.labels with source: topic)"
         )
     print(json.dumps(schemas[args.event], indent=2))
     return 0
@@ -216,7 +217,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p = command("schema", "print the JSON Schema of the events this pipeline reads", _schema)
     p.add_argument(
-        "--event", choices=("impression", "click"), default="impression", help="which event"
+        "--event",
+        default="impression",
+        help="which event: impression, or a label joined from its own topic (click, ...)",
     )
     return parser
 

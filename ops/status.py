@@ -49,8 +49,10 @@ class PassRow:
     completed_at: float | None = None
     rows: int | None = None
     late: int | None = None
-    late_clicks: int | None = None
-    unmatched_clicks: int | None = None
+    late_labels: int | None = None  # label events after their window, every label
+    unmatched_labels: int | None = None  # ... whose impression was not pending
+    waiting: int | None = None  # impressions of later windows waiting when it was cut
+    labels: dict[str, dict[str, int]] | None = None  # label -> its counts (LabelCounts)
     dead_letters: int | None = None
     trained: bool = False
     auc: float | None = None
@@ -90,8 +92,10 @@ def _row(
             "completed_at": _epoch(manifest.created_at),
             "rows": manifest.rows,
             "late": c.late,
-            "late_clicks": c.late_clicks,
-            "unmatched_clicks": c.unmatched_clicks,
+            "late_labels": c.label_total("late"),
+            "unmatched_labels": c.label_total("unmatched"),
+            "waiting": c.waiting,
+            "labels": {name: counts.model_dump() for name, counts in c.labels.items()},
             "dead_letters": c.malformed_total,
         }
     if "train" in status:
@@ -277,8 +281,8 @@ _COLUMNS = [  # (title, attribute, width, format)
     ("pass", "pass_id", 12, "{}"),
     ("rows", "rows", 7, "{}"),
     ("late", "late", 5, "{}"),
-    ("late clk", "late_clicks", 8, "{}"),
-    ("unmatched", "unmatched_clicks", 9, "{}"),
+    ("late lbl", "late_labels", 8, "{}"),
+    ("unmatched", "unmatched_labels", 9, "{}"),
     ("DLQ", "dead_letters", 4, "{}"),
     ("AUC", "auc", 6, "{:.4f}"),
     ("best", "best_auc", 6, "{:.4f}"),

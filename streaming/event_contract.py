@@ -1,4 +1,4 @@
-"""The contract producers write to: the rules an impression or click must meet, as the
+"""The contract producers write to: the rules an impression or label event must meet, as the
 constants the builder validates with (``streaming.events``) and as the JSON Schema
 (draft 2020-12) that ``streamrec schema`` prints for a pipeline's feature schema.
 
@@ -13,9 +13,10 @@ event timed more than ``passes.max_future_seconds`` past the wall clock, are dea
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any
 
-from streamrec.config import PipelineConfig, SchemaConfig
+from streamrec.config import LabelSpec, PipelineConfig, SchemaConfig, label_column
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MAX_EVENT_ID_LENGTH = 128
@@ -91,17 +92,17 @@ def _message_rules(max_message_bytes: int, max_future_seconds: int) -> str:
 def impression_schema(
     schema: SchemaConfig,
     *,
-    require_label: bool,
+    carried: Sequence[tuple[str, str]],
     require_event_time: bool,
     max_message_bytes: int,
     max_future_seconds: int,
 ) -> dict[str, Any]:
-    """JSON Schema of an impression event: ``require_label`` unless labels come from clicks,
+    """JSON Schema of an impression event: ``carried`` lists the label fields it holds
+    itself (field, label name; the others are joined from their topics),
     ``require_event_time`` unless a missing time falls back to the record's timestamp."""
     required = ["event_id"]
     required += ["event_time"] if require_event_time else []
-    required += ["label"] if require_label else []
-    label_note = "" if require_label else "; absent: 0 until a click is joined"
+    required += [field for field, _ in carried]
     time_note = "" if require_event_time else " (absent: the Kafka record's timestamp)"
     return {
         "$schema": DIALECT,
@@ -110,12 +111,15 @@ def impression_schema(
         "type": "object",
         "required": required,
         "properties": {
-            "event_id": _event_id("Unique id of the impression (clicks name it)"),
+            "event_id": _event_id("Unique id of the impression (label events name it)"),
             "event_time": _epoch_ms("When the impression happened" + time_note),
-            "label": {
-                "description": "1 if clicked, else 0" + label_note,
-                "type": "integer",
-                "enum": list(LABELS),
+            **{
+                field: {
+                    "description": f"1 if {name}, else 0",
+                    "type": "integer",
+                    "enum": list(LABELS),
+                }
+                for field, name in carried
             },
             "sparse": {
                 "description": "Slot name -> value(s); a value becomes a 64-bit feature sign",
@@ -139,41 +143,44 @@ def impression_schema(
     }
 
 
-def click_schema(
-    *, require_click_time: bool, max_message_bytes: int, max_future_seconds: int
+def label_event_schema(
+    label: LabelSpec, *, require_time: bool, max_message_bytes: int, max_future_seconds: int
 ) -> dict[str, Any]:
-    """JSON Schema of a click (``click_join`` mode): the impression's id and when."""
-    time_note = "" if require_click_time else " (absent: the Kafka record's timestamp)"
+    """JSON Schema of a label event on its own topic (a click, a conversion): the
+    impression's id and when."""
+    time_note = "" if require_time else " (absent: the Kafka record's timestamp)"
     return {
         "$schema": DIALECT,
-        "title": "click",
+        "title": label.name,
         "description": _message_rules(max_message_bytes, max_future_seconds),
         "type": "object",
-        "required": ["event_id", "click_time"] if require_click_time else ["event_id"],
+        "required": ["event_id", label.time_key] if require_time else ["event_id"],
         "properties": {
-            "event_id": _event_id("event_id of the clicked impression"),
-            "click_time": _epoch_ms("When the click happened" + time_note),
+            "event_id": _event_id(f"event_id of the impression this {label.name} labels"),
+            label.time_key: _epoch_ms(f"When the {label.name} happened" + time_note),
         },
     }
 
 
 def pipeline_schemas(cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
-    """The JSON Schema of each event kind the pipeline reads: ``impression``, and ``click``
-    in ``click_join`` mode, as the builder configured by ``cfg`` validates them."""
+    """The JSON Schema of each event kind the pipeline reads: ``impression``, and each
+    label joined from its own topic (``click`` in ``click_join`` mode), as the builder
+    configured by ``cfg`` validates them."""
     kafka, record_time = cfg.kafka, cfg.kafka.missing_event_time == "record_timestamp"
     limits = {
         "max_message_bytes": kafka.max_message_bytes,
         "max_future_seconds": cfg.passes.max_future_seconds,
     }
-    click_join = cfg.join.mode == "click_join"
+    carried = [
+        (label_column(i, label.name), label.name)
+        for i, label in enumerate(cfg.labels)
+        if label.source == "impression"
+    ]
     schemas = {
         "impression": impression_schema(
-            cfg.feature_schema,
-            require_label=not click_join,
-            require_event_time=not record_time,
-            **limits,
+            cfg.feature_schema, carried=carried, require_event_time=not record_time, **limits
         )
     }
-    if click_join:
-        schemas["click"] = click_schema(require_click_time=not record_time, **limits)
+    for label in cfg.topic_labels:
+        schemas[label.name] = label_event_schema(label, require_time=not record_time, **limits)
     return schemas

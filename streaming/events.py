@@ -7,18 +7,21 @@ An event is one JSON object per Kafka message::
      "dense": {"price": 0.3},                                # name -> finite number
      "label": 1}                                             # 0 or 1 (clicked)
 
-A click (``click_join`` mode) is ``{"event_id": <the impression's id>, "click_time": ms}``
-on the clicks topic; impressions then need no ``label``. The limits are the contract's
-(``streaming.event_contract``, which also prints them as a JSON Schema); a missing time may
-fall back to the Kafka record's timestamp (``kafka.missing_event_time``).
+Further labels of the schema (``schema.labels``) are fields ``label_<name>`` of it. A label
+joined from its own topic (a click in ``click_join`` mode, a conversion) is an event
+``{"event_id": <the impression's id>, "<name>_time": ms}`` there, and the impression then
+needs no field for it. The limits are the contract's (``streaming.event_contract``, which
+also prints them as a JSON Schema); a missing time may fall back to the Kafka record's
+timestamp (``kafka.missing_event_time``).
 
-``parse_event`` / ``parse_click`` turn message bytes into a row or a click, or raise
-MalformedEvent with a reason code; they never let a bad event through.
+``parse_event`` / ``parse_label_event`` turn message bytes into a row or a label event, or
+raise MalformedEvent with a reason code; they never let a bad event through.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgspec
@@ -38,7 +41,7 @@ from streaming.event_contract import (
     SPARSE_INT_MIN,
     as_integer,
 )
-from streamrec.config import SchemaConfig
+from streamrec.config import LabelSpec, SchemaConfig, label_column
 
 _fast_decode = msgspec.json.Decoder().decode
 
@@ -48,7 +51,7 @@ def pass_table_schema(schema: SchemaConfig) -> pa.Schema:
     fields = [
         pa.field("event_id", pa.string(), nullable=False),
         pa.field("event_time_ms", pa.int64(), nullable=False),
-        pa.field("label", pa.int8(), nullable=False),
+        *(pa.field(column, pa.int8(), nullable=False) for column in schema.label_columns),
         pa.field("kafka_partition", pa.int32(), nullable=False),
         pa.field("kafka_offset", pa.int64(), nullable=False),
     ]
@@ -112,26 +115,39 @@ def _decode(raw: bytes | None, max_bytes: int) -> Any:
         raise MalformedEvent("bad_json", str(e)[:200]) from None
 
 
+def carried_labels(labels: Sequence[LabelSpec]) -> tuple[str, ...]:
+    """The label columns an impression carries itself (the others are joined from topics)."""
+    return tuple(
+        label_column(i, label.name)
+        for i, label in enumerate(labels)
+        if label.source == "impression"
+    )
+
+
 def normalize_event(
     event: Any,
     schema: SchemaConfig,
-    require_label: bool = True,
+    carried: Sequence[str] | None = None,
     record_time_ms: int | None = None,
 ) -> dict[str, Any]:
     """Validate a decoded event and return its row; MalformedEvent when it is unusable.
-    Without ``require_label`` (labels come from clicks) a missing label becomes 0; with a
-    ``record_time_ms`` a missing event time becomes it."""
+    ``carried``: the label fields the event must hold (default: the schema's labels with
+    source impression); a label joined from a topic starts at 0. With a ``record_time_ms``
+    a missing event time becomes it."""
     if not isinstance(event, dict):
         raise MalformedEvent("not_an_object", "the event must be a JSON object")
-    for key in ("event_id", *(("label",) if require_label else ())):
+    carried = carried_labels(schema.labels) if carried is None else carried
+    for key in ("event_id", *carried):
         if key not in event:
             raise MalformedEvent("missing_field", key)
     event_id = _event_id(event)
     event_time = _epoch_ms(event, "event_time", record_time_ms)
-    label = as_integer(event.get("label", 0))
-    if label not in LABELS:
-        raise MalformedEvent("wrong_type", "label must be 0 or 1")
-    row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time, "label": label}
+    row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time}
+    for column in schema.label_columns:
+        label = as_integer(event[column]) if column in carried else 0
+        if label not in LABELS:
+            raise MalformedEvent("wrong_type", f"{column} must be 0 or 1")
+        row[column] = label
     row.update(feature_row(event.get("sparse", {}), event.get("dense", {}), schema))
     return row
 
@@ -223,27 +239,32 @@ def parse_event(
     raw: bytes | None,
     schema: SchemaConfig,
     max_bytes: int,
-    require_label: bool = True,
+    carried: Sequence[str] | None = None,
     record_time_ms: int | None = None,
 ) -> dict[str, Any]:
-    """Decode and validate one impression message value (``record_time_ms``: the time a
-    missing ``event_time`` falls back to, if any)."""
-    return normalize_event(_decode(raw, max_bytes), schema, require_label, record_time_ms)
+    """Decode and validate one impression message value (``carried``: as
+    ``normalize_event``; ``record_time_ms``: the time a missing ``event_time`` falls back
+    to, if any)."""
+    return normalize_event(_decode(raw, max_bytes), schema, carried, record_time_ms)
 
 
-def parse_click(
-    raw: bytes | None, max_bytes: int, record_time_ms: int | None = None
+def parse_label_event(
+    raw: bytes | None,
+    max_bytes: int,
+    time_key: str = "click_time",
+    record_time_ms: int | None = None,
 ) -> tuple[str, int]:
-    """Decode and validate one click message value: (impression event_id, click time ms)."""
-    click = _decode(raw, max_bytes)
-    if not isinstance(click, dict):
-        raise MalformedEvent("not_an_object", "the click must be a JSON object")
-    if "event_id" not in click:
+    """Decode and validate one label event (a click, a conversion): the labelled
+    impression's event_id and the event's time in ms (its ``time_key``)."""
+    event = _decode(raw, max_bytes)
+    if not isinstance(event, dict):
+        raise MalformedEvent("not_an_object", "a label event must be a JSON object")
+    if "event_id" not in event:
         raise MalformedEvent("missing_field", "event_id")
-    return _event_id(click), _epoch_ms(click, "click_time", record_time_ms)
+    return _event_id(event), _epoch_ms(event, time_key, record_time_ms)
 
 
-def _json_schema(schema: SchemaConfig) -> pa.Schema:
+def _json_schema(schema: SchemaConfig, carried: Sequence[str]) -> pa.Schema:
     sparse = pa.struct(
         [pa.field(s.name, pa.list_(pa.string()) if s.multi else pa.string()) for s in schema.sparse]
     )
@@ -252,7 +273,7 @@ def _json_schema(schema: SchemaConfig) -> pa.Schema:
         [
             pa.field("event_id", pa.string()),
             pa.field("event_time", pa.int64()),
-            pa.field("label", pa.int64()),
+            *(pa.field(column, pa.int64()) for column in carried),
             pa.field("sparse", sparse),
             pa.field("dense", dense),
         ]
@@ -265,7 +286,7 @@ def decode_impression_batch(
     partition: int,
     schema: SchemaConfig,
     max_bytes: int,
-    require_label: bool = True,
+    carried: Sequence[str] | None = None,
 ) -> pa.Table | None:
     """Rows (pass table schema) of a batch of impression messages, decoded and validated
     column-wise by Arrow's JSON reader; None unless *every* message is a well-formed event,
@@ -273,6 +294,7 @@ def decode_impression_batch(
     the reason of each bad one). Where it returns rows they equal ``parse_event``'s."""
     if not values or any(v is None or len(v) > max_bytes for v in values):
         return None
+    carried = carried_labels(schema.labels) if carried is None else carried
     buf = b"\n".join(values)  # type: ignore[arg-type]
     # a raw newline inside a message, or an escaped surrogate: leave it to parse_event
     if buf.count(b"\n") != len(values) - 1 or b"\\ud" in buf:
@@ -284,7 +306,7 @@ def decode_impression_batch(
                 block_size=max(1 << 20, len(buf) + 1), use_threads=False
             ),
             parse_options=pajson.ParseOptions(
-                explicit_schema=_json_schema(schema), unexpected_field_behavior="ignore"
+                explicit_schema=_json_schema(schema, carried), unexpected_field_behavior="ignore"
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -292,22 +314,29 @@ def decode_impression_batch(
     if table.num_rows != len(values):
         return None
     event_id, event_time = table["event_id"].combine_chunks(), table["event_time"].combine_chunks()
-    label = table["label"].combine_chunks()
-    if event_id.null_count or event_time.null_count or (require_label and label.null_count):
+    if event_id.null_count or event_time.null_count:
         return None
     lengths = pc.utf8_length(event_id)
     bad = pc.or_(pc.less(lengths, 1), pc.greater(lengths, MAX_EVENT_ID_LENGTH))
     too_late = pc.greater_equal(event_time, MAX_EPOCH_MS)
     bad = pc.or_(bad, pc.or_(pc.less_equal(event_time, 0), too_late))
-    label = pc.fill_null(label, 0)
-    bad = pc.or_(bad, pc.invert(pc.is_in(label, pa.array([0, 1], pa.int64()))))
+    labels: dict[str, pa.Array] = {}
+    for column in schema.label_columns:
+        if column not in carried:
+            labels[column] = pa.array(np.zeros(len(values), dtype=np.int8))
+            continue
+        label = table[column].combine_chunks()
+        if label.null_count:
+            return None
+        bad = pc.or_(bad, pc.invert(pc.is_in(label, pa.array([0, 1], pa.int64()))))
+        labels[column] = label.cast(pa.int8())
     if pc.any(bad).as_py():
         return None
     sparse, dense = table["sparse"].combine_chunks(), table["dense"].combine_chunks()
     columns: dict[str, pa.Array] = {
         "event_id": event_id,
         "event_time_ms": event_time,
-        "label": label.cast(pa.int8()),
+        **labels,
         "kafka_partition": pa.array(np.full(len(values), partition, dtype=np.int32)),
         "kafka_offset": pa.array(offsets, pa.int64()),
     }

@@ -42,7 +42,13 @@ class _Rebalance(ConsumerRebalanceListener):
         self._assigned(assigned)
 
 
-_TOPIC_KEYS = {"impressions": "kafka.impressions_topic", "clicks": "join.clicks_topic"}
+def topic_key(cfg: PipelineConfig, kind: str) -> str:
+    """The config key naming the topic of ``kind`` (impressions, or a joined label)."""
+    if kind == "impressions":
+        return "kafka.impressions_topic"
+    if cfg.join.mode == "click_join":
+        return "join.clicks_topic"
+    return f"schema.labels ({kind}).topic"
 
 
 class KafkaSource:
@@ -130,7 +136,7 @@ class KafkaSource:
         if isinstance(error, GroupAuthorizationFailedError):
             what = f"READ on the group {kafka.consumer_group} (kafka.consumer_group)"
         else:
-            named = ", ".join(f"{t} ({_TOPIC_KEYS.get(k, k)})" for k, t in self.topics.items())
+            named = ", ".join(f"{t} ({topic_key(self._cfg, k)})" for k, t in self.topics.items())
             what = f"READ on the topics {named}"
         return KafkaUnavailable(
             f"Kafka refuses {who} {what}: grant it on the brokers (kafka-acls --add "
@@ -171,21 +177,35 @@ class KafkaSource:
     def dead_letter(self, topic: str, partition: int, message: Any, error: MalformedEvent) -> None:
         """Send ``message`` as it came (value, its key and headers after ours) to the
         topic's dead-letter topic, with the reason."""
+        key = [("key", message.key)] if message.key is not None else []
+        self.dead_letter_value(
+            topic, partition, message.offset, message.value, error, [*key, *(message.headers or [])]
+        )
+
+    def dead_letter_value(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        value: bytes | None,
+        error: MalformedEvent,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Send ``value`` (the record at ``offset`` of ``topic``/``partition``) to the
+        topic's dead-letter topic, with the reason and ``headers`` after ours."""
         if self._dlq is None:
             raise RuntimeError("the Kafka source is not open")
-        source = f"{topic}/{partition}/{message.offset}"
+        source = f"{topic}/{partition}/{offset}"
         self._dlq_unflushed = True
-        key = [("key", message.key)] if message.key is not None else []
         self._dlq.send(
             topic + self._kafka.dlq_suffix,
             key=source.encode(),
-            value=message.value or b"",
+            value=value or b"",
             headers=[
                 ("reason", error.reason.encode()),
                 ("detail", error.detail[:500].encode()),
                 ("source", source.encode()),
-                *key,
-                *(message.headers or []),
+                *(headers or []),
             ],
         )
 

@@ -1,11 +1,13 @@
-"""Cut the impression (and click) topics into event-time passes, each event in exactly one.
+"""Cut the impression (and label) topics into event-time passes, each event in exactly one.
 
 One pass through this stage, per partition ``p`` this builder owns::
 
     poll -> parse (bad: to <topic>.dlq with the reason, counted) -> PartitionJoin of p
          -> watermark(p) = min over p's topics of their newest event time - allowed lateness
-         -> each window W with end(W) [+ label window] <= watermark(p) is cut: p's slice of W
-            (Parquet + _slice.json with p's resume offsets) is published by rename, then p's
+         -> each window W with end(W) [+ the longest label window] <= watermark(p) is cut:
+            p's slice of W (its rows with every label that came in time; label events that
+            labelled none counted, and dead-lettered where their label says so)
+            is published by rename (Parquet + _slice.json with p's resume offsets), then p's
             offsets are committed
          -> when every partition has its slice of W, the pass directory is assembled
 
@@ -26,13 +28,14 @@ Partitions are the unit of ownership, so builders can share topics through a con
 group: on assignment a partition resumes from its newest slice's ``resume_offsets``
 (whatever Kafka's committed offsets say), on revocation its state is dropped, and a slice
 that someone else published first (``SliceTaken``) makes the partition resume from that
-one. Impressions and clicks are keyed by ``event_id`` and co-partitioned, and the range
+one. Impressions and label events are keyed by ``event_id`` and co-partitioned, and the range
 assignor gives the same partition of both topics to the same builder.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import threading
@@ -51,12 +54,13 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from streaming.codecs import missing_codecs
 from streaming.errors import MalformedEvent
 from streaming.events import (
+    carried_labels,
     decode_impression_batch,
-    parse_click,
     parse_event,
+    parse_label_event,
     pass_table_schema,
 )
-from streaming.join import PartitionJoin
+from streaming.join import IMPRESSIONS, JoinedLabel, PartitionJoin, Stray
 from streaming.kafka_source import KafkaSource
 from streaming.slice_writer import SliceWriter
 from streaming.slices import (
@@ -67,11 +71,12 @@ from streaming.slices import (
 )
 from streaming.windows import WindowCutter, watermark_ms
 from streamrec.atomic_fs import remove_stale_temps, write_text_atomic
-from streamrec.config import EMBEDDED, PipelineConfig, load_config
+from streamrec.config import EMBEDDED, PipelineConfig, label_column, load_config
 from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
 from streamrec.passes import (
     EventCounts,
+    LabelCounts,
     PartitionHold,
     PartitionRange,
     PassManifest,
@@ -84,7 +89,6 @@ from streamrec.passes import (
 
 log = logging.getLogger(__name__)
 
-IMPRESSIONS, CLICKS = "impressions", "clicks"
 STALE_TEMP_SECONDS = 600
 RESCAN_SECONDS = 2.0
 POLL_MS, IN_FLIGHT_POLL_MS = 500, 50
@@ -127,6 +131,22 @@ def _ranges(table: pa.Table) -> PartitionRange | None:
     return PartitionRange(first=int(offsets.min()), last=int(offsets.max()), rows=table.num_rows)
 
 
+def _joined_labels(cfg: PipelineConfig) -> list[JoinedLabel]:
+    """The join's view of the labels joined from topics."""
+    columns = {label.name: label_column(i, label.name) for i, label in enumerate(cfg.labels)}
+    return [
+        JoinedLabel(
+            kind=label.name,
+            column=columns[label.name],
+            window_ms=(label.window_seconds or 0) * 1000,
+            requires=columns[label.requires] if label.requires else None,
+            keep_unattributed=label.unattributed == "keep",
+            dead_letter_strays=label.strays == "dead_letter",
+        )
+        for label in cfg.topic_labels
+    ]
+
+
 class PassBuilder:
     """Consumes the topics and writes slices and complete passes. Built without I/O:
     ``open`` (or the first ``run``) prepares the topics, the clients and the data root."""
@@ -142,16 +162,17 @@ class PassBuilder:
         self.cfg = cfg
         self._root = Path(cfg.paths.data_root)
         self._minutes = cfg.passes.pass_minutes
-        self._click_join = cfg.join.mode == "click_join"
         self._record_time = cfg.kafka.missing_event_time == "record_timestamp"
+        self._carried = carried_labels(cfg.labels)
+        self._joined = _joined_labels(cfg)
+        self._time_key = {label.name: label.time_key for label in cfg.topic_labels}
         self.topics = {IMPRESSIONS: cfg.kafka.impressions_topic}
-        if self._click_join:
-            self.topics[CLICKS] = cfg.join.clicks_topic
+        self.topics |= {label.name: label.topic for label in cfg.topic_labels if label.topic}
         self._kind = {topic: kind for kind, topic in self.topics.items()}
         self._arrow_schema = pass_table_schema(cfg.feature_schema)
         self._lateness_ms = cfg.passes.allowed_lateness_seconds * 1000
-        self._label_delay_ms = cfg.join.label_window_seconds * 1000 if self._click_join else 0
-        self._windows = WindowCutter(self._minutes, self._label_delay_ms, cfg.passes.max_gap_passes)
+        label_wait_ms = cfg.label_wait_seconds * 1000
+        self._windows = WindowCutter(self._minutes, label_wait_ms, cfg.passes.max_gap_passes)
         self._owned: dict[int, _Partition] = {}
         self._future_limit_ms = 0.0
         self._known: set[str] = set()  # pass ids with at least one slice
@@ -199,8 +220,7 @@ class PassBuilder:
             if newest and topic in newest.consumed_to
         }
         join = PartitionJoin(
-            click_join=self._click_join,
-            label_window_ms=self._label_delay_ms,
+            labels=self._joined,
             closed_through=newest.pass_id if newest else None,
             replay_to=replay,
         )
@@ -264,7 +284,7 @@ class PassBuilder:
                 partition,
                 self.cfg.feature_schema,
                 self.cfg.kafka.max_message_bytes,
-                require_label=not self._click_join,
+                carried=self._carried,
             )
         return batch
 
@@ -274,11 +294,11 @@ class PassBuilder:
         state, partition, messages = batch.state, batch.partition, batch.messages
         if self._owned.get(partition) is not state:
             return
-        if batch.kind == CLICKS:
-            for m, record_time in batch.timed():
-                self._ingest_click(state, batch.topic, partition, m, record_time)
-        else:
+        if batch.kind == IMPRESSIONS:
             self._ingest_impressions(state, batch)
+        else:
+            for m, record_time in batch.timed():
+                self._ingest_label(state, batch, m, record_time)
         state.consumed_to[batch.kind] = messages[-1].offset + 1
 
     def _ingest_impressions(self, state: _Partition, batch: _Batch) -> None:
@@ -306,7 +326,7 @@ class PassBuilder:
                     message.value,
                     self.cfg.feature_schema,
                     self.cfg.kafka.max_message_bytes,
-                    require_label=not self._click_join,
+                    carried=self._carried,
                     record_time_ms=record_time,
                 )
                 event_ms = self._check_time(row["event_time_ms"])
@@ -324,18 +344,31 @@ class PassBuilder:
             )
             self._saw(state, IMPRESSIONS, newest)
 
-    def _ingest_click(
-        self, state: _Partition, topic: str, partition: int, message: Any, record_time: int | None
+    def _ingest_label(
+        self, state: _Partition, batch: _Batch, message: Any, record_time: int | None
     ) -> None:
+        kind, max_bytes = batch.kind, self.cfg.kafka.max_message_bytes
         try:
-            max_bytes = self.cfg.kafka.max_message_bytes
-            event_id, event_ms = parse_click(message.value, max_bytes, record_time)
-            state.join.add_click(event_id, self._check_time(event_ms), message.offset)
+            event_id, event_ms = parse_label_event(
+                message.value, max_bytes, self._time_key[kind], record_time
+            )
+            state.join.add_label(kind, event_id, self._check_time(event_ms), message.offset)
         except MalformedEvent as e:
-            if state.join.malformed(CLICKS, message.offset, e.reason):
-                self._source.dead_letter(topic, partition, message, e)
+            if state.join.malformed(kind, message.offset, e.reason):
+                self._source.dead_letter(batch.topic, batch.partition, message, e)
             return
-        self._saw(state, CLICKS, event_ms)
+        self._saw(state, kind, event_ms)
+
+    def _dead_letter_strays(self, partition: int, strays: list[Stray]) -> None:
+        """Send label events that labelled no row to the dead-letter topic, as the events
+        they were (the original record stays in its topic at the offset named)."""
+        for stray in strays:
+            time_key = self._time_key[stray.kind]
+            value = json.dumps({"event_id": stray.event_id, time_key: stray.time_ms})
+            why = MalformedEvent(stray.reason, f"{stray.reason} {stray.kind} event")
+            self._source.dead_letter_value(
+                self.topics[stray.kind], partition, stray.offset, value.encode(), why
+            )
 
     @staticmethod
     def _saw(state: _Partition, kind: str, event_ms: int) -> None:
@@ -442,7 +475,7 @@ class PassBuilder:
         table = state.join.close(window)
         if table is None:
             table = self._arrow_schema.empty_table()
-        counts = state.join.take_counters()
+        counts = self._counts(state.join, table)
         resume, consumed = {}, {}
         for kind, topic in self.topics.items():
             read_to = state.consumed_to.get(kind, state.resume.get(kind, 0))
@@ -452,19 +485,39 @@ class PassBuilder:
         offsets = {}
         if (rows_range := _ranges(table)) is not None:
             offsets[self.topics[IMPRESSIONS]] = rows_range
-        if used := state.join.used_click_offsets:
-            offsets[self.topics[CLICKS]] = PartitionRange(
+        for kind, used in state.join.used_offsets.items():
+            offsets[self.topics[kind]] = PartitionRange(
                 first=min(used), last=max(used), rows=len(used)
             )
+        self._dead_letter_strays(partition, state.join.take_strays())
         # dead letters counted in this slice are durable before it is
         self._source.flush_dead_letters()
         fields = {
             "offsets": offsets,
             "resume_offsets": resume,
             "consumed_to": consumed,
-            "counts": EventCounts(**counts.as_fields()),
+            "counts": counts,
         }
         self._slices.submit(partition, window, table, fields, state, resume)
+
+    def _counts(self, join: PartitionJoin, table: pa.Table) -> EventCounts:
+        """The slice's counts: the join's since the last slice, each label's positives in
+        ``table``, and the rows still waiting."""
+        counters = join.take_counters()
+        labels = {}
+        for i, label in enumerate(self.cfg.labels):
+            column = table[label_column(i, label.name)]
+            joined = counters.labels.get(label.name)
+            labels[label.name] = LabelCounts(
+                positives=int(pc.sum(column).as_py() or 0),
+                **(vars(joined) if joined else {}),
+            )
+        return EventCounts(
+            malformed=dict(counters.malformed),
+            late=counters.late_impressions,
+            labels=labels,
+            waiting=join.waiting(),
+        )
 
     def _finish_write(self, partition: int, wait: bool = True) -> bool:
         """Settle ``partition``'s slice in flight, if any. False when the partition cannot
@@ -578,7 +631,8 @@ class PassBuilder:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="streamrec build-passes", description="Cut the impression/click topics into passes."
+        prog="streamrec build-passes",
+        description="Cut the impression and label topics into passes.",
     )
     parser.add_argument("--config", required=True, type=Path, help="pipeline YAML")
     parser.add_argument("--until-pass", help="stop once this pass id is complete")

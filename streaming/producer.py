@@ -6,8 +6,9 @@
     streamrec produce --config my.yaml --file events.jsonl
     streamrec produce --config my.yaml --file day_0.tsv --format criteo
 
-In ``click_join`` mode the generator sends unlabelled impressions to the impressions topic
-and clicks to the clicks topic; otherwise impressions carry their label. A Criteo line is
+The generator's impressions carry the labels whose source is the impression; each label
+joined from its own topic (the clicks in ``click_join`` mode, the conversions) is sent there
+when it happens. A Criteo line is
 ``label <tab> 13 integers <tab> 26 categorical``; integers fill the schema's dense features
 and categoricals its sparse slots, in order, and event times are spread evenly over passes.
 """
@@ -35,7 +36,14 @@ from streaming.kafka_clients import producer_settings
 from streaming.synthetic import SyntheticBatch, SyntheticStream, record_best_auc
 from streaming.topics import ensure_topic
 from streamrec.auc import exact_auc
-from streamrec.config import EMBEDDED, KafkaConfig, PipelineConfig, SchemaConfig, load_config
+from streamrec.config import (
+    EMBEDDED,
+    KafkaConfig,
+    PipelineConfig,
+    SchemaConfig,
+    label_column,
+    load_config,
+)
 from streamrec.entry import run_command
 from streamrec.passes import compose_pass_id, next_pass_id, window_ms
 
@@ -108,30 +116,37 @@ def synthetic_passes(
         yield pass_id, stream.batch(start, end, n)
         pass_id = next_pass_id(pass_id, cfg.passes.pass_minutes)
     start, _ = window_ms(pass_id, cfg.passes.pass_minutes)
-    label_wait = cfg.join.label_window_seconds if cfg.join.mode == "click_join" else 0
+    label_wait = cfg.label_wait_seconds
     tail_end = start + 2 * (cfg.passes.allowed_lateness_seconds + label_wait + 1) * 1000
     yield pass_id, stream.batch(start, tail_end, max(n // 20, 10))
 
 
 def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
-    """The messages a batch becomes under the configured join mode. Clicks are logged when
-    they happen, so impressions and clicks are sent merged in event-time order, as a live
-    stream would deliver them."""
-    if cfg.join.mode == "label_in_impression":
+    """The messages a batch becomes under the configured labels: impressions carry the
+    labels whose source is the impression, each joined label's events go to its topic.
+    Label events are logged when they happen, so everything is sent merged in event-time
+    order, as a live stream would deliver it."""
+    joined = cfg.topic_labels
+    if not joined:
         return [(cfg.kafka.impressions_topic, e) for e in batch.events]
+    dropped = {label_column(i, x.name) for i, x in enumerate(cfg.labels) if x.source == "topic"}
     timed = [
-        (e["event_time"], cfg.kafka.impressions_topic, {k: v for k, v in e.items() if k != "label"})
+        (
+            e["event_time"],
+            cfg.kafka.impressions_topic,
+            {k: v for k, v in e.items() if k not in dropped},
+        )
         for e in batch.events
-    ] + [(c["click_time"], cfg.join.clicks_topic, c) for c in batch.clicks()]
+    ]
+    for label in joined:
+        timed += [(x[label.time_key], label.topic, x) for x in batch.label_events(label.name)]
     timed.sort(key=lambda m: m[0])
-    return [(topic, event) for _, topic, event in timed]
+    return [(str(topic), event) for _, topic, event in timed]
 
 
 def ensure_event_topics(cfg: PipelineConfig) -> None:
-    """Create the impressions topic, and the clicks topic in ``click_join`` mode."""
-    topics = [cfg.kafka.impressions_topic]
-    if cfg.join.mode == "click_join":
-        topics.append(cfg.join.clicks_topic)
+    """Create the impressions topic and each joined label's topic."""
+    topics = [cfg.kafka.impressions_topic, *(x.topic for x in cfg.topic_labels if x.topic)]
     for topic in topics:
         ensure_topic(cfg.kafka, topic, cfg.kafka.partitions)
 
@@ -139,7 +154,7 @@ def ensure_event_topics(cfg: PipelineConfig) -> None:
 def produce_synthetic(
     cfg: PipelineConfig, first_pass_id: str, passes: int
 ) -> dict[str, SyntheticBatch]:
-    """Create the config's topics (clicks too in ``click_join`` mode) and send ``passes``
+    """Create the config's topics (each joined label's too) and send ``passes``
     synthetic passes from ``first_pass_id`` to them, plus the tail that closes the last;
     the batches by pass id."""
     ensure_event_topics(cfg)
@@ -158,12 +173,10 @@ def produce_synthetic(
 
 
 def best_auc(cfg: PipelineConfig, batch: SyntheticBatch) -> float:
-    """The AUC of the generating probabilities on the labels the pipeline will see."""
-    labels = (
-        batch.labels_within(cfg.join.label_window_seconds * 1000)
-        if cfg.join.mode == "click_join"
-        else batch.labels
-    )
+    """The AUC of the generating click probabilities on the click labels the pipeline will
+    see."""
+    click = next((x for x in cfg.labels if x.name == "click"), None)
+    labels = batch.expected_labels([click])["click"] if click else batch.labels
     return exact_auc(batch.probabilities, labels)
 
 
@@ -185,9 +198,10 @@ def produce_live(
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic, id_prefix=f"live{int(time.time())}")
     producer = make_producer(cfg.kafka)
     deliveries = Deliveries()
-    clicks: list[tuple[int, int, dict[str, Any]]] = []  # (click_time, seq, click) heap
+    later: list[tuple[int, int, str, dict[str, Any]]] = []  # (time, seq, topic, event) heap
     windows: dict[str, list[SyntheticBatch]] = {}
-    label_ms = cfg.join.label_window_seconds * 1000 if cfg.join.mode == "click_join" else 0
+    label_ms = cfg.label_wait_seconds * 1000
+    time_key = {x.topic: x.time_key for x in cfg.topic_labels}
     arrivals = np.random.default_rng(cfg.synthetic.seed + 2)  # Poisson arrivals per tick
     sent = seq = 0
     last_ms = int(time.time() * 1000)
@@ -210,13 +224,14 @@ def produce_live(
                         _send(producer, topic, event, deliveries)
                     else:
                         seq += 1
-                        heapq.heappush(clicks, (event["click_time"], seq, event))
+                        heapq.heappush(later, (event[time_key[topic]], seq, topic, event))
                 sent += n
                 if sent_by_window is not None:
                     window = compose_pass_id(last_ms, cfg.passes.pass_minutes)
                     sent_by_window[window] = sent_by_window.get(window, 0) + n
-            while clicks and clicks[0][0] <= now_ms:
-                _send(producer, cfg.join.clicks_topic, heapq.heappop(clicks)[2], deliveries)
+            while later and later[0][0] <= now_ms:
+                _, _, topic, event = heapq.heappop(later)
+                _send(producer, topic, event, deliveries)
             last_ms = now_ms
             closed = [
                 p for p in windows if window_ms(p, cfg.passes.pass_minutes)[1] + label_ms < now_ms
@@ -229,10 +244,10 @@ def produce_live(
             if progress_every_s and time.monotonic() >= next_report:
                 next_report += progress_every_s
                 log.info(
-                    "live stream: %d impressions in %.0fs, %d clicks pending",
+                    "live stream: %d impressions in %.0fs, %d label events pending",
                     sent,
                     time.monotonic() - started,
-                    len(clicks),
+                    len(later),
                 )
     finally:
         producer.flush()
@@ -261,6 +276,8 @@ def _concat(batches: list[SyntheticBatch]) -> SyntheticBatch:
         np.concatenate([b.probabilities for b in batches]),
         np.concatenate([b.labels for b in batches]),
         np.concatenate([b.click_times for b in batches]),
+        np.concatenate([b.conversion_probabilities for b in batches]),
+        np.concatenate([b.conversion_times for b in batches]),
     )
 
 

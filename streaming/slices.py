@@ -189,17 +189,7 @@ def assemble_pass(
         for key in by_topic:
             for topic, value in getattr(s, key).items():
                 by_topic[key].setdefault(topic, {})[str(s.partition)] = value
-    malformed: dict[str, int] = {}
-    for s in slices:
-        for reason, n in s.counts.malformed.items():
-            malformed[reason] = malformed.get(reason, 0) + n
-    counts = EventCounts(
-        malformed=malformed,
-        **{
-            k: sum(getattr(s.counts, k) for s in slices)
-            for k in ("late", "late_clicks", "duplicate_clicks", "unmatched_clicks")
-        },
-    )
+    counts = sum((s.counts for s in slices), EventCounts())
     manifest = PassManifest(
         schema_version=schema_version,
         pass_id=pass_id,

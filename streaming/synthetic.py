@@ -2,7 +2,8 @@
 
     logit = bias + sum_slots w_slot[value] + sum_dense v_d * x_d      (multi slots: mean)
             [+ weight if a history item is in the target's cluster]        (interest)
-    label ~ Bernoulli(sigmoid(logit))
+    click ~ Bernoulli(sigmoid(logit))
+    [conversion | click ~ Bernoulli(sigmoid(bias' + sum_slots w'_slot[value]))]  (conversion)
 
 Value ids follow a Zipf law (a heavy head and a long tail), as real ids do. Because the
 generating probabilities are known, the best AUC any model can reach on a batch is the AUC
@@ -13,13 +14,18 @@ part of the weights, so a model trained before it must re-learn. With ``interest
 lists target values drawn mostly from them, its target value is one of them a ``focus``
 share of the time, and the click gains ``weight`` when any history item shares the
 target's cluster: a network that matches the target against each item can see that, one
-that averages the history first sees it blurred by the history's length and mix.
+that averages the history first sees it blurred by the history's length and mix. With
+``conversion`` (``streamrec.config.ConversionConfig``) a clicked impression converts with a
+known probability of its own, a log-normal delay after its click (most within minutes, a
+tail of hours), so each task (click; conversion on all impressions; conversion of the
+clicked) has a best reachable AUC too.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,33 +33,59 @@ from typing import Any
 import numpy as np
 
 from streamrec.atomic_fs import write_text_atomic
-from streamrec.config import SchemaConfig, SyntheticConfig
+from streamrec.config import LabelSpec, SchemaConfig, SyntheticConfig, label_column
+from streamrec.errors import ConfigError
 
 DEFAULT_CARDINALITY = 1000
 MAX_MULTI_VALUES = 3
 
 
+LABELS_MADE = ("click", "conversion")  # the label names this stream can make
+
+
 @dataclass(frozen=True)
 class SyntheticBatch:
-    """Events of one time range with the generating click probability of each."""
+    """Events of one time range with the generating probabilities of each."""
 
-    events: list[dict[str, Any]]  # impressions; "label" is whether it was clicked at all
-    probabilities: np.ndarray
-    labels: np.ndarray
+    events: list[dict[str, Any]]  # impressions, with each label of the schema as it happened
+    probabilities: np.ndarray  # p(click)
+    labels: np.ndarray  # clicked at all
     click_times: np.ndarray  # epoch ms of the click, -1 when not clicked
+    conversion_probabilities: np.ndarray  # p(conversion | click); 0 without the process
+    conversion_times: np.ndarray  # epoch ms of the conversion, -1 when none
 
-    def clicks(self) -> list[dict[str, Any]]:
-        """Click events for the clicked impressions."""
+    def times_of(self, name: str) -> np.ndarray:
+        """When each impression's ``name`` event (click, conversion) happened; -1: never."""
+        return self.click_times if name == "click" else self.conversion_times
+
+    def label_events(self, name: str) -> list[dict[str, Any]]:
+        """The ``name`` events (click, conversion) on their own topic, as a producer logs
+        them: ``{"event_id", "<name>_time"}``."""
         return [
-            {"event_id": e["event_id"], "click_time": int(t)}
-            for e, t in zip(self.events, self.click_times, strict=True)
+            {"event_id": e["event_id"], f"{name}_time": int(t)}
+            for e, t in zip(self.events, self.times_of(name), strict=True)
             if t >= 0
         ]
 
-    def labels_within(self, window_ms: int) -> np.ndarray:
-        """Labels as a click join with ``window_ms`` sees them (late clicks are 0)."""
+    def labels_within(self, window_ms: int, name: str = "click") -> np.ndarray:
+        """The ``name`` label as a join with ``window_ms`` sees it (late events are 0)."""
         times = np.array([e["event_time"] for e in self.events])
-        return ((self.click_times >= 0) & (self.click_times - times <= window_ms)).astype(np.int8)
+        happened = self.times_of(name)
+        return ((happened >= 0) & (happened - times <= window_ms)).astype(np.int8)
+
+    def expected_labels(self, labels: Sequence[LabelSpec]) -> dict[str, np.ndarray]:
+        """Each label (by name) as the pass builder writes it: within its window when
+        joined, and a positive without the label it requires dropped unless kept."""
+        out: dict[str, np.ndarray] = {}
+        for label in labels:
+            if label.source == "topic":
+                out[label.name] = self.labels_within((label.window_seconds or 0) * 1000, label.name)
+            else:
+                out[label.name] = (self.times_of(label.name) >= 0).astype(np.int8)
+        for label in labels:
+            if label.requires is not None and label.unattributed == "dead_letter":
+                out[label.name] = out[label.name] & out[label.requires]
+        return out
 
 
 class SyntheticStream:
@@ -71,6 +103,23 @@ class SyntheticStream:
             name: model_rng.normal(0.0, cfg.weight_scale, card) for name, card in self._card.items()
         }
         self._dense_weights = model_rng.normal(0.0, 0.5, len(schema.dense))
+        if unknown := sorted({label.name for label in schema.labels} - set(LABELS_MADE)):
+            raise ConfigError(
+                f"schema.labels: the synthetic stream makes only {list(LABELS_MADE)} "
+                f"labels, not {unknown}"
+            )
+        conversion = cfg.conversion
+        if conversion is None and any(label.name == "conversion" for label in schema.labels):
+            raise ConfigError(
+                "schema.labels names conversion but synthetic.conversion is not set: the "
+                "synthetic stream needs its conversion process (synthetic.conversion: {})"
+            )
+        # drawn after the click model, so adding a conversion process leaves clicks as they were
+        self._conversion_weights = {
+            name: model_rng.normal(0.0, conversion.weight_scale, card)
+            for name, card in self._card.items()
+            if conversion is not None
+        }
         self._model_rng = model_rng
         self._rng = np.random.default_rng(cfg.seed + 1)
         self._emitted = 0
@@ -150,6 +199,8 @@ class SyntheticStream:
         rng = self._rng
         times = np.sort(rng.integers(start_ms, end_ms, n))
         logit = np.full(n, self._cfg.bias)
+        conversion = self._cfg.conversion
+        conv_logit = np.full(n, conversion.bias if conversion else 0.0)
         columns: dict[str, list[Any]] = {}
         ids_of: dict[str, np.ndarray] = {}
         interest = self._cfg.interest
@@ -163,6 +214,9 @@ class SyntheticStream:
                 flat = self._ids(slot.name, int(counts.sum()))
                 bounds = np.concatenate([[0], np.cumsum(counts)])
                 logit += np.add.reduceat(w[flat], bounds[:-1]) / counts
+                if conversion is not None:
+                    cw = self._conversion_weights[slot.name]
+                    conv_logit += np.add.reduceat(cw[flat], bounds[:-1]) / counts
                 prefix = slot.name[0]
                 columns[slot.name] = [
                     [f"{prefix}{i}" for i in flat[a:b]] for a, b in itertools.pairwise(bounds)
@@ -171,6 +225,8 @@ class SyntheticStream:
                 is_target = interest is not None and slot.name == interest.target
                 ids = targets if is_target else self._ids(slot.name, n)
                 logit += w[ids]
+                if conversion is not None:
+                    conv_logit += self._conversion_weights[slot.name][ids]
                 ids_of[slot.name] = ids
                 columns[slot.name] = [f"{slot.name[0]}{i}" for i in ids]
         if interest is not None:
@@ -182,6 +238,18 @@ class SyntheticStream:
         labels = (rng.random(n) < probs).astype(np.int8)
         delays = rng.exponential(self._cfg.click_delay_seconds * 1000, n).astype(np.int64)
         click_times = np.where(labels == 1, times + delays, -1)
+        conv_probs, conv_times = np.zeros(n), np.full(n, -1, dtype=np.int64)
+        if conversion is not None:
+            conv_probs = 1.0 / (1.0 + np.exp(-conv_logit))
+            converted = (labels == 1) & (rng.random(n) < conv_probs)
+            delay_ms = 1000 * conversion.delay_median_seconds
+            lags = (delay_ms * rng.lognormal(0.0, conversion.delay_sigma, n)).astype(np.int64)
+            conv_times = np.where(converted, click_times + lags, -1)
+        happened = {"click": labels, "conversion": (conv_times >= 0).astype(np.int8)}
+        label_fields = [
+            (label_column(i, label.name), happened[label.name])
+            for i, label in enumerate(self._schema.labels)
+        ]
         events = [
             {
                 "event_id": f"{self._id_prefix}-{self._cfg.seed}-{self._emitted + i}",
@@ -190,12 +258,12 @@ class SyntheticStream:
                 "dense": {
                     d.name: round(float(dense[i, j]), 5) for j, d in enumerate(self._schema.dense)
                 },
-                "label": int(labels[i]),
+                **{column: int(values[i]) for column, values in label_fields},
             }
             for i in range(n)
         ]
         self._emitted += n
-        return SyntheticBatch(events, probs, labels, click_times)
+        return SyntheticBatch(events, probs, labels, click_times, conv_probs, conv_times)
 
 
 def best_auc_path(data_root: Path) -> Path:

@@ -29,9 +29,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streamrec.errors import ContractError
 
@@ -135,6 +135,26 @@ class PartitionRange(BaseModel):
     rows: int
 
 
+class LabelCounts(BaseModel):
+    """One label's rows and the label events that labelled none, while a slice or pass was
+    open."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    positives: int = Field(0, description="Rows written with this label 1.")
+    late: int = Field(0, description="Label events later than the label's window.")
+    duplicate: int = Field(0, description="Repeated label events for an impression.")
+    unmatched: int = Field(0, description="Label events whose impression was not pending.")
+    unattributed: int = Field(
+        0, description="Positives whose row lacked the label they require (kept or dead-lettered)."
+    )
+
+    def __add__(self, other: LabelCounts) -> LabelCounts:
+        return LabelCounts(
+            **{k: getattr(self, k) + getattr(other, k) for k in LabelCounts.model_fields}
+        )
+
+
 class EventCounts(BaseModel):
     """Events not in the rows, counted while a slice or pass was open."""
 
@@ -144,17 +164,51 @@ class EventCounts(BaseModel):
         default_factory=dict, description="reason -> events sent to the dead-letter topic."
     )
     late: int = Field(0, description="Impressions for windows already closed.")
-    late_clicks: int = Field(
-        0, description="Clicks later than label_window after their impression."
+    labels: dict[str, LabelCounts] = Field(
+        default_factory=dict, description="label name -> its counts (schema.labels)."
     )
-    duplicate_clicks: int = Field(
-        0, description="Repeated clicks on an already-clicked impression."
+    waiting: int = Field(
+        0,
+        description="Impressions of later windows held in memory, waiting for their labels, "
+        "when the slice was cut (a pass: summed over its slices).",
     )
-    unmatched_clicks: int = Field(0, description="Clicks whose impression was not pending.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_click_counts(cls, data: Any) -> Any:
+        """Read a manifest written before labels were a list (its click counts)."""
+        if isinstance(data, dict) and "late_clicks" in data:
+            data = dict(data)
+            data["labels"] = {
+                "click": {
+                    "late": data.pop("late_clicks"),
+                    "duplicate": data.pop("duplicate_clicks", 0),
+                    "unmatched": data.pop("unmatched_clicks", 0),
+                }
+            }
+        return data
 
     @property
     def malformed_total(self) -> int:
         return sum(self.malformed.values())
+
+    def label_total(self, field: str) -> int:
+        """``field`` (late, unmatched, ...) summed over the labels."""
+        return sum(getattr(c, field) for c in self.labels.values())
+
+    def __add__(self, other: EventCounts) -> EventCounts:
+        malformed = dict(self.malformed)
+        for reason, n in other.malformed.items():
+            malformed[reason] = malformed.get(reason, 0) + n
+        labels = dict(self.labels)
+        for name, counts in other.labels.items():
+            labels[name] = labels[name] + counts if name in labels else counts
+        return EventCounts(
+            malformed=malformed,
+            late=self.late + other.late,
+            labels=labels,
+            waiting=self.waiting + other.waiting,
+        )
 
 
 class SliceManifest(BaseModel):

@@ -28,11 +28,14 @@ from streamrec.config.pipeline import (
 )
 from streamrec.config.services import JoinConfig, KafkaConfig, RedisConfig
 from streamrec.config.stream import (
+    ConversionConfig,
     DenseFeature,
+    LabelSpec,
     PassConfig,
     SchemaConfig,
     SparseSlot,
     SyntheticConfig,
+    label_column,
 )
 from streamrec.config.tables import SparseTableSpec, admission_on, sparse_tables, table_of_slot
 
@@ -42,11 +45,13 @@ __all__ = [
     "RESERVED_COLUMNS",
     "CheckpointConfig",
     "ClusterConfig",
+    "ConversionConfig",
     "DenseFeature",
     "GateConfig",
     "HyperParameters",
     "JoinConfig",
     "KafkaConfig",
+    "LabelSpec",
     "ModelConfig",
     "NodeConfig",
     "OptimizerConfig",
@@ -67,6 +72,7 @@ __all__ = [
     "admission_on",
     "derived",
     "dump_config",
+    "label_column",
     "load_config",
     "sparse_tables",
     "table_of_slot",

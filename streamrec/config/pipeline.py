@@ -24,7 +24,7 @@ from streamrec.config.cluster import CheckpointConfig, ClusterConfig, PathConfig
 from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfig, ServingConfig
 from streamrec.config.model import ModelConfig
 from streamrec.config.services import JoinConfig, KafkaConfig, RedisConfig
-from streamrec.config.stream import PassConfig, SchemaConfig, SyntheticConfig
+from streamrec.config.stream import LabelSpec, PassConfig, SchemaConfig, SyntheticConfig
 from streamrec.config.tables import check_tables
 from streamrec.errors import ConfigError
 from streamrec.secrets import redact_url
@@ -50,6 +50,42 @@ class PipelineConfig(_Strict):
     )
     retention: RetentionConfig = RetentionConfig()
     serving: ServingConfig = ServingConfig()
+
+    @model_validator(mode="after")
+    def _labels_said_once(self) -> PipelineConfig:
+        if self.join.mode == "click_join" and self.feature_schema.labels != [
+            LabelSpec(name="click")
+        ]:
+            raise ValueError(
+                "join.mode click_join and schema.labels both say where labels come from: "
+                "list the click in schema.labels (source: topic, topic: "
+                f"{self.join.clicks_topic}, window_seconds: {self.join.label_window_seconds}) "
+                "and leave join out"
+            )
+        return self
+
+    @property
+    def labels(self) -> list[LabelSpec]:
+        """The labels each row carries: ``schema.labels``, or in ``click_join`` mode the
+        click joined from ``join.clicks_topic`` (the same one column, ``label``)."""
+        if self.join.mode != "click_join":
+            return self.feature_schema.labels
+        window = self.join.label_window_seconds
+        return [
+            LabelSpec(
+                name="click", source="topic", topic=self.join.clicks_topic, window_seconds=window
+            )
+        ]
+
+    @property
+    def topic_labels(self) -> list[LabelSpec]:
+        """The labels joined from topics of their own."""
+        return [label for label in self.labels if label.source == "topic"]
+
+    @property
+    def label_wait_seconds(self) -> int:
+        """How long after its window a pass waits for its rows' labels: the longest window."""
+        return max((label.window_seconds or 0 for label in self.topic_labels), default=0)
 
     @model_validator(mode="after")
     def _tables_fit_the_schema(self) -> PipelineConfig:

@@ -71,6 +71,23 @@ class InterestConfig(_Strict):
     max_history: int = Field(10, ge=1, description="History lengths are uniform in 1..this.")
 
 
+class ConversionConfig(_Strict):
+    """A conversion process after the click (``streaming.synthetic``): a clicked impression
+    converts with a known logistic probability of its own features, after a heavy-tailed
+    (log-normal) delay: most within minutes, a tail of hours."""
+
+    bias: float = Field(-1.0, description="Logit bias of p(conversion | click).")
+    weight_scale: float = Field(
+        0.8, gt=0, description="Std-dev of the per-value logit weights of p(conversion | click)."
+    )
+    delay_median_seconds: float = Field(
+        600, gt=0, description="Median delay of a conversion after its click."
+    )
+    delay_sigma: float = Field(
+        1.5, ge=0, description="Log-normal shape of the delay: 1.5 puts 5% past 12 medians."
+    )
+
+
 class SyntheticConfig(_Strict):
     seed: int = Field(7, description="Seed of the generating model and the event stream.")
     events_per_pass: int = Field(20000, ge=1, description="Impressions generated per pass.")
@@ -93,6 +110,11 @@ class SyntheticConfig(_Strict):
     bias: float = Field(-1.5, description="Logit bias of the generating model.")
     interest: InterestConfig | None = Field(
         None, description="A click history the click depends on (streaming.synthetic)."
+    )
+    conversion: ConversionConfig | None = Field(
+        None,
+        description="A conversion process after the click, for a label named conversion "
+        "(streaming.synthetic).",
     )
 
 
@@ -143,10 +165,107 @@ class DenseFeature(_Strict):
     default: float = Field(0.0, description="Value used when the event lacks the feature.")
 
 
+LABEL_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+def label_column(position: int, name: str) -> str:
+    """The pass column (and impression field) of the label at ``position`` of the schema's
+    list: ``label`` for the first, so a one-label pipeline reads as it always has, and
+    ``label_<name>`` for the others."""
+    return "label" if position == 0 else f"label_{name}"
+
+
+class LabelSpec(_Strict):
+    """One label the rows carry: a task's target, from the impression or its own topic."""
+
+    name: str = Field(pattern=LABEL_NAME, description="The label's name (click, conversion).")
+    source: Literal["impression", "topic"] = Field(
+        "impression",
+        description="impression: the impression carries it (field 'label' for the first "
+        "label, 'label_<name>' for the others); topic: events {event_id, <name>_time} on "
+        "'topic' label the impression with that event_id, if they come within "
+        "window_seconds of it.",
+    )
+    topic: str | None = Field(None, description="source: topic: the label events' topic.")
+    window_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="source: topic: a label event counts if it comes this soon after its "
+        "impression. Every row waits for the longest window before its pass is cut.",
+    )
+    requires: str | None = Field(
+        None,
+        description="source: topic: another label a positive of this one implies (a "
+        "conversion implies its click). A positive whose row lacks it is unattributed.",
+    )
+    unattributed: Literal["dead_letter", "keep"] = Field(
+        "dead_letter",
+        description="An unattributed positive (see requires): dead_letter trains the row "
+        "with this label 0 and sends the label event to the dead-letter topic (reason "
+        "unattributed); keep trains it as a positive. Either way it is counted.",
+    )
+    strays: Literal["count", "dead_letter"] = Field(
+        "count",
+        description="Label events that label no row: after their window (late), repeated "
+        "(duplicate), or whose impression was never pending (unmatched). Always counted in "
+        "the pass manifest; dead_letter also sends each to the dead-letter topic with its "
+        "reason.",
+    )
+
+    @property
+    def time_key(self) -> str:
+        """The label event's field holding when it happened."""
+        return f"{self.name}_time"
+
+    @model_validator(mode="after")
+    def _source_fits(self) -> LabelSpec:
+        joined = self.source == "topic"
+        if joined != (self.topic is not None) or joined != (self.window_seconds is not None):
+            raise ValueError(
+                f"label {self.name!r}: topic and window_seconds are for source: topic, and "
+                "required there"
+            )
+        if self.requires is not None and not joined:
+            raise ValueError(
+                f"label {self.name!r}: requires is checked when a label event joins; an "
+                "impression that carries both labels is trained as it says: drop requires"
+            )
+        return self
+
+
 class SchemaConfig(_Strict):
     version: int = Field(description="Schema version, written into every pass manifest.")
     sparse: list[SparseSlot] = Field(min_length=1, description="Sparse slots, in model order.")
     dense: list[DenseFeature] = Field(default_factory=list, description="Dense float features.")
+    labels: list[LabelSpec] = Field(
+        default_factory=lambda: [LabelSpec(name="click")],
+        min_length=1,
+        description="The labels each row carries, the first one the main task's (in "
+        "click_join mode, join's clicks; then leave this out).",
+    )
+
+    @property
+    def label_columns(self) -> list[str]:
+        """Each label's pass column, in the list's order."""
+        return [label_column(i, label.name) for i, label in enumerate(self.labels)]
+
+    @model_validator(mode="after")
+    def _labels_are_sound(self) -> SchemaConfig:
+        names = [label.name for label in self.labels]
+        if len(set(names)) != len(names) or "impressions" in names:
+            raise ValueError(f"label names must be unique and not 'impressions': {names}")
+        topics = [label.topic for label in self.labels if label.topic is not None]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"each joined label needs a topic of its own: {topics}")
+        for label in self.labels:
+            if label.requires is not None and label.requires not in set(names) - {label.name}:
+                raise ValueError(
+                    f"label {label.name!r}: requires {label.requires!r} must name another label"
+                )
+        features = {s.name for s in self.sparse} | {d.name for d in self.dense}
+        if clash := sorted(features & (set(self.label_columns) - RESERVED_COLUMNS)):
+            raise ValueError(f"feature names {clash} are label columns; rename them")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> SchemaConfig:

@@ -119,9 +119,9 @@ def test_click_join_labels_match_the_generator(make_config) -> None:
     assert clicks_late > 0  # the stream has clicks after the window ...
     # ... and every one is counted, none labels a row: late while its impression was pending,
     # or unmatched when it came after the impression's window was already cut
-    counted = sum(m.counts.late_clicks + m.counts.unmatched_clicks for m in done)
+    counted = sum(m.counts.label_total("late") + m.counts.label_total("unmatched") for m in done)
     assert counted == clicks_late
-    assert all(m.counts.duplicate_clicks == 0 for m in done)
+    assert all(m.counts.label_total("duplicate") == 0 for m in done)
     for m in done:  # both topics' offsets are in every manifest, per partition
         assert set(m.offsets) == {cfg.kafka.impressions_topic, cfg.join.clicks_topic}
         clicks = m.offsets[cfg.join.clicks_topic]

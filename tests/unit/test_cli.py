@@ -63,7 +63,7 @@ def test_schema_prints_the_contract_the_builder_checks(repo: Path, tmp_path: Pat
         assert printed == pipeline_schemas(load_config(config))[event]
     config = _config(repo, tmp_path, join={"mode": "label_in_impression"})
     out = _run("schema", "--config", str(config), "--event", "click")
-    assert out.returncode == 2 and "join.mode is label_in_impression" in out.stderr
+    assert out.returncode == 2 and "reads no click events (it reads: impression" in out.stderr
 
 
 def test_bad_config_exits_2_naming_the_key(repo: Path, tmp_path: Path) -> None:

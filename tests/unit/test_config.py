@@ -225,3 +225,85 @@ def test_a_derived_config_changes_only_the_keys_it_names(shipped_config) -> None
     assert derived(cfg, "a test's config", model=model).model == model
     with pytest.raises(ConfigError, match=r"model\.runner\.sync_mod"):
         derived(cfg, "a test's config", model={"runner": {"sync_mod": "sync"}})
+
+
+TWO_LABELS = [
+    {"name": "click", "source": "topic", "topic": "clicks", "window_seconds": 600},
+    {
+        "name": "conversion",
+        "source": "topic",
+        "topic": "conversions",
+        "window_seconds": 3600,
+        "requires": "click",
+    },
+]
+
+
+def _two_labels(shipped_config, **schema):
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    return derived(
+        shipped_config,
+        "a two-label config",
+        join={"mode": "label_in_impression"},
+        schema={**fs, "labels": TWO_LABELS, **schema},
+        synthetic={"conversion": {}},
+    )
+
+
+def test_labels_are_a_list_with_their_own_topics_and_windows(shipped_config, tmp_path) -> None:
+    cfg = _two_labels(shipped_config)
+    assert [x.name for x in cfg.topic_labels] == ["click", "conversion"]
+    assert cfg.feature_schema.label_columns == ["label", "label_conversion"]
+    assert cfg.label_wait_seconds == 3600
+    assert load_config(dump_config(cfg, tmp_path / "two.yaml")) == cfg
+    # the one-label shorthand: join's clicks are the same single label column
+    assert shipped_config.join.mode == "click_join"
+    assert [(x.name, x.topic) for x in shipped_config.labels] == [("click", "clicks")]
+    assert shipped_config.feature_schema.label_columns == ["label"]
+
+
+@pytest.mark.parametrize(
+    ("labels", "match"),
+    [
+        ([{"name": "click"}, {"name": "click"}], "unique"),
+        ([{"name": "click", "source": "topic", "topic": "c"}], "required there"),
+        ([{"name": "click", "topic": "c"}], "for source: topic"),
+        (
+            [
+                {"name": "click", "source": "topic", "topic": "t", "window_seconds": 1},
+                {"name": "conversion", "source": "topic", "topic": "t", "window_seconds": 1},
+            ],
+            "topic of its own",
+        ),
+        (
+            [
+                {"name": "click"},
+                {
+                    "name": "conversion",
+                    "source": "topic",
+                    "topic": "t",
+                    "window_seconds": 1,
+                    "requires": "view",
+                },
+            ],
+            "must name another label",
+        ),
+        ([{"name": "click"}, {"name": "conversion", "requires": "click"}], "drop requires"),
+    ],
+)
+def test_unsound_labels_fail_naming_the_fix(shipped_config, labels, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _two_labels(shipped_config, labels=labels)
+
+
+def test_labels_said_twice_fail_with_the_way_to_say_it_once(shipped_config) -> None:
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    with pytest.raises(ConfigError, match=r"list the click in schema\.labels.*leave join out"):
+        derived(shipped_config, "both", schema={**fs, "labels": TWO_LABELS})
+
+
+def test_a_feature_named_like_a_label_column_is_rejected(shipped_config) -> None:
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    dense = [*fs["dense"], {"name": "label_conversion"}]
+    with pytest.raises(ConfigError, match=r"\['label_conversion'\] are label columns"):
+        _two_labels(shipped_config, dense=dense)

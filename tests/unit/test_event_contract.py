@@ -28,7 +28,7 @@ from streaming.event_contract import (
     SPARSE_INT_MIN,
     pipeline_schemas,
 )
-from streaming.events import decode_impression_batch, parse_click, parse_event
+from streaming.events import carried_labels, decode_impression_batch, parse_event, parse_label_event
 from streamrec.config import PipelineConfig, derived
 
 MAX_BYTES = 1 << 20
@@ -77,13 +77,13 @@ def _builder_accepts(cfg: PipelineConfig, kind: str, raw: bytes) -> bool:
     record_time = RECORD_TIME if cfg.kafka.missing_event_time == "record_timestamp" else None
     try:
         if kind == "click":
-            parse_click(raw, MAX_BYTES, record_time)
+            parse_label_event(raw, MAX_BYTES, "click_time", record_time)
         else:
             parse_event(
                 raw,
                 cfg.feature_schema,
                 MAX_BYTES,
-                require_label=cfg.join.mode != "click_join",
+                carried=carried_labels(cfg.labels),
                 record_time_ms=record_time,
             )
     except MalformedEvent:
@@ -129,7 +129,7 @@ def test_what_the_schema_accepts_the_builder_accepts(
             0,
             cfg.feature_schema,
             MAX_BYTES,
-            require_label=cfg.join.mode != "click_join",
+            carried=carried_labels(cfg.labels),
         )
         assert fast is None or fast.num_rows == 1
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from streaming.events import normalize_event
 from streaming.synthetic import SyntheticStream
-from streamrec.config import PipelineConfig
+from streamrec.config import PipelineConfig, derived, load_config
+from streamrec.errors import ConfigError
 from trainers.metrics import exact_auc
 
 
@@ -33,3 +38,68 @@ def test_reproducible_and_informative(shipped_config: PipelineConfig) -> None:
     best = exact_auc(a.probabilities, a.labels)
     assert 0.75 < best < 0.95
     assert abs(a.labels.mean() - a.probabilities.mean()) < 0.02  # labels follow the model
+
+
+CONVERSIONS = Path(__file__).resolve().parents[2] / "examples" / "conversions" / "pipeline.yaml"
+
+
+def _conversions(n: int = 40_000, bias: float | None = None):
+    cfg = load_config(CONVERSIONS)
+    if bias is not None:
+        cfg = derived(cfg, "another bias", synthetic={"conversion": {"bias": bias}})
+    return cfg, SyntheticStream(cfg.feature_schema, cfg.synthetic).batch(0, 600_000, n)
+
+
+def test_conversions_follow_their_model_after_their_clicks() -> None:
+    cfg, batch = _conversions()
+    converted = batch.conversion_times >= 0
+    clicked = batch.labels == 1
+    assert not (converted & ~clicked).any()  # only a click converts
+    assert (batch.conversion_times[converted] > batch.click_times[converted]).all()
+    # conversions among the clicked follow p(conversion | click): their count is within five
+    # standard errors of its expectation (a Poisson-binomial sum), and the same draw is far
+    # outside five of them for a model 0.5 off in its bias
+    p = batch.conversion_probabilities[clicked]
+    se = np.sqrt((p * (1 - p)).sum())
+    assert abs(converted.sum() - p.sum()) < 5 * se
+    _, shifted = _conversions(bias=cfg.synthetic.conversion.bias + 0.5)
+    q = shifted.conversion_probabilities[clicked]
+    assert abs(converted.sum() - q.sum()) > 5 * np.sqrt((q * (1 - q)).sum())
+    # the delay is log-normal: half within its median, a tail past the hour's window
+    lags = (batch.conversion_times - batch.click_times)[converted] / 1000
+    median = cfg.synthetic.conversion.delay_median_seconds
+    share = (lags <= median).mean()
+    assert abs(share - 0.5) < 5 * np.sqrt(0.25 / converted.sum())
+    assert 0.05 < (lags > 3600).mean() < 0.2
+
+
+def test_each_task_has_a_best_reachable_auc_and_the_builders_labels() -> None:
+    cfg, batch = _conversions()
+    expected = batch.expected_labels(cfg.labels)
+    click, conversion = expected["click"], expected["conversion"]
+    assert not (conversion & ~click).any()  # unattributed conversions are dropped
+    converted = batch.conversion_times >= 0
+    assert 0 < conversion.sum() < converted.sum()  # some came after their window
+    ctr = exact_auc(batch.probabilities, click)
+    ctcvr = exact_auc(batch.probabilities * batch.conversion_probabilities, conversion)
+    cvr = exact_auc(batch.conversion_probabilities[click == 1], conversion[click == 1])
+    assert all(0.65 < auc < 0.95 for auc in (ctr, ctcvr, cvr)), (ctr, ctcvr, cvr)
+    # impressions carry no joined label; the producer sends each to its topic at its time
+    from streaming.producer import messages_for
+
+    messages = messages_for(cfg, batch)
+    by_topic = Counter(topic for topic, _ in messages)
+    assert by_topic == {
+        "impressions": len(batch.events),
+        "clicks": int((batch.click_times >= 0).sum()),
+        "conversions": int(converted.sum()),
+    }
+    impression = next(e for t, e in messages if t == "impressions")
+    assert "label" not in impression and "label_conversion" not in impression
+
+
+def test_a_conversion_label_needs_the_conversion_process(shipped_config: PipelineConfig) -> None:
+    cfg = load_config(CONVERSIONS)
+    bare = derived(cfg, "no process", synthetic={"conversion": None})
+    with pytest.raises(ConfigError, match=r"synthetic\.conversion is not set"):
+        SyntheticStream(bare.feature_schema, bare.synthetic)

@@ -91,9 +91,7 @@ class _Run:
 
     def __post_init__(self) -> None:
         for p in range(self.partitions):
-            join = PartitionJoin(
-                click_join=False, label_window_ms=0, closed_through=None, replay_to={}
-            )
+            join = PartitionJoin(labels=[], closed_through=None, replay_to={})
             self.owned[p] = _Partition(join)
 
     def deliver(self, p: int, events: list[tuple[str, int]]) -> None:
