@@ -186,9 +186,9 @@ def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]
     return row
 
 
-# what an event to score may hold: the impression's own fields (a logged impression scores
-# as it is); anything else is a client's mistake, said back to it
-SCORING_FIELDS = frozenset({"event_id", "event_time", "label", "sparse", "dense"})
+# what an event to score may hold: the impression's own fields and its labels (a logged
+# impression scores as it is); anything else is a client's mistake, said back to it
+SCORING_FIELDS = frozenset({"event_id", "event_time", "sparse", "dense"})
 
 
 def scoring_row(event: Any, schema: SchemaConfig) -> dict[str, Any]:
@@ -197,7 +197,7 @@ def scoring_row(event: Any, schema: SchemaConfig) -> dict[str, Any]:
     the schema lacks is MalformedEvent, since a client that sends it expects it to count."""
     if not isinstance(event, dict):
         raise MalformedEvent("not_an_object", "an event must be a JSON object")
-    if unknown := set(event) - SCORING_FIELDS:
+    if unknown := set(event) - SCORING_FIELDS - set(schema.label_columns):
         raise MalformedEvent("unknown_field", str(sorted(unknown)))
     sparse, dense = event.get("sparse", {}), event.get("dense", {})
     layout = _layout(schema)

@@ -53,3 +53,28 @@ def test_malformed_events_have_a_reason(
     with pytest.raises(MalformedEvent) as e:
         parse_event(raw, shipped_config.feature_schema, 10_000)
     assert e.value.reason == reason
+
+
+def test_every_label_field_is_read_and_a_logged_impression_scores(
+    shipped_config: PipelineConfig,
+) -> None:
+    from streaming.events import scoring_row
+    from streamrec.config import derived
+
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    labels = [{"name": "click"}, {"name": "conversion"}]
+    cfg = derived(
+        shipped_config,
+        "two labels in the impression",
+        join={"mode": "label_in_impression"},
+        schema={**fs, "labels": labels},
+    )
+    schema = cfg.feature_schema
+    event = {**GOOD, "label_conversion": 1}
+    row = parse_event(json.dumps(event).encode(), schema, 10_000)
+    assert (row["label"], row["label_conversion"]) == (1, 1)
+    with pytest.raises(MalformedEvent, match="label_conversion"):
+        parse_event(json.dumps(GOOD).encode(), schema, 10_000)  # it must carry both
+    assert scoring_row(event, schema)["price"] == 0.5  # its labels are no unknown fields
+    with pytest.raises(MalformedEvent, match="label_view"):
+        scoring_row({**event, "label_view": 1}, schema)
