@@ -2,7 +2,8 @@
 
 Paddle runs ``cat <part> | <pipe_command>`` per file (per reader thread) and parses, for
 each ``use_var`` in order, ``<n> v1 ... vn``. Our order (``slot_order``) is every sparse slot
-(feature signs), then ``dense`` (all dense features), then ``label``. The text is built
+(feature signs), then ``dense`` (all dense features), then each label (``label``, then
+``label_<name>`` for the schema's further labels). The text is built
 column-wise with Arrow compute, each distinct value's text once, and written straight from
 the result's data buffer: no Python loop per row. The process starts lean: the slot layout
 comes as JSON on the command line (no YAML, no pydantic) and paddle is never imported (it
@@ -42,10 +43,11 @@ LABEL_VAR = "label"
 class ReaderLayout:
     """What the reader needs of the feature schema: slots (name, multi, default, for a
     sequence its max_length and which end it keeps (0 and "" otherwise), the slot its
-    values are hashed as), dense."""
+    values are hashed as), dense, the label columns."""
 
     sparse: tuple[tuple[str, bool, str, int, str, str], ...]
     dense: tuple[str, ...]
+    labels: tuple[str, ...] = (LABEL_VAR,)
 
     @classmethod
     def from_schema(cls, schema: SchemaConfig) -> ReaderLayout:
@@ -62,10 +64,12 @@ class ReaderLayout:
                 for s in schema.sparse
             ),
             tuple(d.name for d in schema.dense),
+            tuple(schema.label_columns),
         )
 
     def to_arg(self) -> str:
-        return json.dumps({"sparse": self.sparse, "dense": self.dense}, separators=(",", ":"))
+        layout = {"sparse": self.sparse, "dense": self.dense, "labels": self.labels}
+        return json.dumps(layout, separators=(",", ":"))
 
     @classmethod
     def from_arg(cls, arg: str) -> ReaderLayout:
@@ -73,12 +77,14 @@ class ReaderLayout:
         return cls(
             tuple((n, bool(m), d, int(ln), k, ks) for n, m, d, ln, k, ks in raw["sparse"]),
             tuple(raw["dense"]),
+            tuple(raw["labels"]),
         )
 
 
 def slot_order(schema: SchemaConfig) -> list[str]:
     """Names of the use_vars, in the order the text carries them."""
-    return [s.name for s in schema.sparse] + ([DENSE_VAR] if schema.dense else []) + [LABEL_VAR]
+    dense = [DENSE_VAR] if schema.dense else []
+    return [s.name for s in schema.sparse] + dense + schema.label_columns
 
 
 def _sign_text(slot: str, values: pa.Array, prefix: str = "") -> pa.Array:
@@ -141,7 +147,9 @@ def multislot_text(
     if layout.dense:
         columns.append(str(len(layout.dense)))
         columns += [table[d].combine_chunks().cast(pa.string()) for d in layout.dense]
-    columns += ["1", table["label"].combine_chunks().cast(pa.string()), "\n"]
+    for label in layout.labels:
+        columns += ["1", table[label].combine_chunks().cast(pa.string())]
+    columns.append("\n")
     lines = pc.binary_join_element_wise(*columns[:-1], " ")
     lines = pc.binary_join_element_wise(lines, "\n", "").cast(pa.large_string())
     _, offsets, data = lines.buffers()

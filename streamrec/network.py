@@ -10,14 +10,18 @@ A model YAML names its network by import path, ``network: mypkg.nets:MyNet``; th
   declare is an error.
   A network without hyper-parameters leaves ``Params`` out.
 - ``MyNet(params)`` returns a ``Network``: an object whose ``logit(inputs)`` builds the
-  network's part of a Paddle static graph and returns the logit, shape ``[batch, 1]``.
+  network's part of a Paddle static graph and returns the logit, shape ``[batch, 1]``; it
+  trains the schema's first label. A network with a head per label (CTR and CVR, ESMM- or
+  MMoE-style) is a ``MultiTaskNetwork`` instead: ``logits(inputs)`` returns one such logit
+  per task, by label name (``schema.labels``), the first label's among them.
 
 The pipeline builds everything around it: the sparse lookups and their pooling before it;
-after it a scalar bias (``LOGIT_BIAS``, the one the intercept refit moves), the sigmoid,
-the loss, the progressive metrics. The same ``logit`` is built on every worker and in the
-exported inference program, so it must only use Paddle's static-graph API (``paddle.*``,
-``paddle.static.nn.fc`` with named ``ParamAttr``); its dense parameters live on the servers
-like any other. This module imports neither paddle nor any stage.
+after it, per task, a scalar bias (``logit_bias``, the one the intercept refit moves), the
+sigmoid, the loss (the tasks' log losses summed), the progressive metrics. The same
+network is built on every worker and in the exported inference program, so it must only
+use Paddle's static-graph API (``paddle.*``, ``paddle.static.nn.fc`` with named
+``ParamAttr``); its dense parameters live on the servers like any other. This module
+imports neither paddle nor any stage.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from pydantic import BaseModel
 
 Tensor = Any  # a Paddle static-graph Variable; typed loosely so this module stays paddle-free
 
-LOGIT_BIAS = "streamrec.logit_bias"  # added to every network's logit; the refit shifts it
+LOGIT_BIAS = "streamrec.logit_bias"  # added to the main task's logit; the refit shifts it
 SHIPPED = {  # names a model YAML may give instead of an import path
     "ctr_dnn": "trainers.networks:CtrDnn",
     "wide_deep": "trainers.networks:WideDeep",
@@ -68,6 +72,22 @@ class Network(Protocol):
         ...
 
 
+@runtime_checkable
+class MultiTaskNetwork(Protocol):
+    """A built network with a head per task: ``logits`` adds its ops to the current static
+    program."""
+
+    def logits(self, inputs: NetworkInputs) -> Mapping[str, Tensor]:
+        """Each task's logit by label name, shape ``[batch, 1]``, before the pipeline's
+        bias; the schema's first label (the main task) among them."""
+        ...
+
+
+def logit_bias(task: str, main: str) -> str:
+    """The name of the bias added to ``task``'s logit (``main``: the main task's name)."""
+    return LOGIT_BIAS if task == main else f"{LOGIT_BIAS}.{task}"
+
+
 class NoParams(BaseModel):
     """The hyper-parameters of a network that declares none."""
 
@@ -79,4 +99,4 @@ class NetworkFactory(Protocol):
 
     Params: ClassVar[type[BaseModel]]
 
-    def __call__(self, params: Any) -> Network: ...
+    def __call__(self, params: Any) -> Network | MultiTaskNetwork: ...

@@ -8,14 +8,16 @@ predictions stayed within 2% (docs/DECISIONS.md). A logistic regression's fitted
 makes its mean prediction on its training data equal the click rate; this step gives the
 cluster's model that property on its newest pass. One more inference read of the pass
 scores it as the model now stands; the shift of every logit that makes the predicted
-clicks equal the actual ones is added to the bias that adds straight to the logit
-(``ModelGraph.logit_bias``), on the servers, so the checkpoint, the export and the next
-pass all hold it. A common shift of every logit keeps their order: AUC is unchanged.
+clicks equal the actual ones is added to the bias that adds straight to the logit (each
+task's ``TaskGraph.logit_bias``, each task refitted on its own label), on the servers, so
+the checkpoint, the export and the next pass all hold it. A common shift of every logit
+keeps their order: AUC is unchanged.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -55,10 +57,12 @@ def intercept_shift(pos: np.ndarray, neg: np.ndarray, tolerance: float = 1e-9) -
     return shift if math.isfinite(shift) else 0.0
 
 
-def add_to_bias(name: str, shift: float) -> None:
-    """Add ``shift`` to the dense parameter ``name`` on the servers (once the pass's last
-    updates have landed), the other dense parameters written back as they are."""
+def add_to_bias(shifts: Mapping[str, float]) -> None:
+    """Add each shift to its dense parameter (name -> shift: each task's bias) on the
+    servers, once the pass's last updates have landed; the other dense parameters are
+    written back as they are."""
     dense_tables.settle()
     values = dense_tables.pull()
-    values[name] = values[name] + shift
+    for name, shift in shifts.items():
+        values[name] = values[name] + shift
     dense_tables.push(values)

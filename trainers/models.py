@@ -4,18 +4,20 @@ Before the network (``streamrec.network``, named by ``model.network``): one
 ``sparse_embedding`` lookup per slot into its sparse table (``streamrec.config.tables``: the
 shared one unless ``sparse_tables`` names the slot), pooled as the schema says (sum, mean,
 or a padded sequence with its mask), and the dense vector. After
-it: the bias ``LOGIT_BIAS`` (the intercept refit moves it), the sigmoid, the loss and the
-metric accumulators. The pooled embeddings and the sequences are named feeds of the
+it, for each task (the schema's first label, or one per label a multi-task network heads):
+its bias (the intercept refit moves it), the sigmoid, its loss (summed over the tasks) and
+its metric accumulators. The pooled embeddings and the sequences are named feeds of the
 inference program, so the exported dense program takes embeddings as input and serving
 looks keys up itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streaming.pipe_reader import DENSE_VAR, LABEL_VAR
+from streaming.pipe_reader import DENSE_VAR
 from streamrec.config import (
     ModelConfig,
     SchemaConfig,
@@ -23,36 +25,56 @@ from streamrec.config import (
     sparse_tables,
 )
 from streamrec.errors import ConfigError
-from streamrec.network import LOGIT_BIAS, NetworkInputs, SequenceInput
+from streamrec.network import MultiTaskNetwork, NetworkInputs, SequenceInput, logit_bias
 from trainers.network_loader import load_network
 
 AUC_BUCKETS = 4095
 
 
 @dataclass(frozen=True)
+class TaskGraph:
+    """One task's head: what it predicts, from which label, and its accumulators."""
+
+    predict: Any  # the label's probability, shape [-1, 1]
+    label: Any  # its label's data var
+    logit_bias: str  # the dense parameter that adds straight to its logit (``intercept``)
+    stat_vars: dict[str, Any]  # metric accumulators, summed across workers
+
+
+@dataclass(frozen=True)
 class ModelGraph:
     """Variables of a built model that the cluster loop needs."""
 
-    use_vars: list[Any]  # reader order: sparse slots, dense, label
-    predict: Any  # click probability, shape [-1, 1]
+    use_vars: list[Any]  # reader order: sparse slots, dense, labels
     loss: Any
     pooled: dict[str, str]  # pooled slot -> its embedding var's name (inference feed)
     sequences: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) var names (feeds)
-    logit_bias: str  # the dense parameter that adds straight to the logit (``intercept``)
     dense_var: str | None
-    stat_vars: dict[str, Any]  # metric accumulators, summed across workers
+    tasks: dict[str, TaskGraph]  # label name -> its head, the main task (first label) first
+
+    @property
+    def main(self) -> TaskGraph:
+        """The main task's head: the schema's first label."""
+        return next(iter(self.tasks.values()))
+
+    @property
+    def predict(self) -> Any:
+        """The main task's probability."""
+        return self.main.predict
 
 
 def _accumulate(paddle: Any, name: str, batch_value: Any) -> Any:
     acc = paddle.static.create_global_var(
-        shape=[1], value=0.0, dtype="float64", persistable=True, name=f"stat.{name}"
+        shape=[1], value=0.0, dtype="float64", persistable=True, name=f"stat{name}"
     )
     paddle.assign(paddle.add(acc, paddle.cast(paddle.sum(batch_value), "float64")), acc)
     return acc
 
 
-def metric_stats(paddle: Any, predict: Any, label: Any) -> dict[str, Any]:
-    """Persistable accumulators of AUC buckets and sums (count, clicks, predictions, errors)."""
+def metric_stats(paddle: Any, predict: Any, label: Any, task: str = "") -> dict[str, Any]:
+    """Persistable accumulators of AUC buckets and sums (count, clicks, predictions,
+    errors); ``task`` names a further task's (the main task's keep their names)."""
+    prefix = f".{task}" if task else ""
     y = paddle.cast(label, "float32")
     p = paddle.clip(predict, 1e-7, 1 - 1e-7)
     _, _, [_, _, stat_pos, stat_neg] = paddle.static.auc(
@@ -65,12 +87,12 @@ def metric_stats(paddle: Any, predict: Any, label: Any) -> dict[str, Any]:
     return {
         "auc_pos": stat_pos,
         "auc_neg": stat_neg,
-        "count": _accumulate(paddle, "count", paddle.ones_like(y)),
-        "clicks": _accumulate(paddle, "clicks", y),
-        "pred_sum": _accumulate(paddle, "pred_sum", predict),
-        "logloss_sum": _accumulate(paddle, "logloss_sum", logloss),
-        "abs_err_sum": _accumulate(paddle, "abs_err_sum", paddle.abs(y - predict)),
-        "sq_err_sum": _accumulate(paddle, "sq_err_sum", paddle.square(y - predict)),
+        "count": _accumulate(paddle, f"{prefix}.count", paddle.ones_like(y)),
+        "clicks": _accumulate(paddle, f"{prefix}.clicks", y),
+        "pred_sum": _accumulate(paddle, f"{prefix}.pred_sum", predict),
+        "logloss_sum": _accumulate(paddle, f"{prefix}.logloss_sum", logloss),
+        "abs_err_sum": _accumulate(paddle, f"{prefix}.abs_err_sum", paddle.abs(y - predict)),
+        "sq_err_sum": _accumulate(paddle, f"{prefix}.sq_err_sum", paddle.square(y - predict)),
     }
 
 
@@ -80,7 +102,7 @@ class _Inputs:
 
     use_vars: list[Any]
     network: NetworkInputs
-    label: Any
+    labels: dict[str, Any]  # label name -> its data var
 
 
 def _inputs(paddle: Any, schema: SchemaConfig, tables: dict[str, SparseTableSpec]) -> _Inputs:
@@ -114,59 +136,79 @@ def _inputs(paddle: Any, schema: SchemaConfig, tables: dict[str, SparseTableSpec
     if schema.dense:
         dense = paddle.static.data(name=DENSE_VAR, shape=[-1, len(schema.dense)], dtype="float32")
         use_vars.append(dense)
-    label = paddle.static.data(name=LABEL_VAR, shape=[-1, 1], dtype="int64")
-    use_vars.append(label)
+    labels = {}
+    for label, column in zip(schema.labels, schema.label_columns, strict=True):
+        labels[label.name] = paddle.static.data(name=column, shape=[-1, 1], dtype="int64")
+        use_vars.append(labels[label.name])
     dims = {s.name: table_of[s.name].dim for s in schema.sparse}
-    return _Inputs(use_vars, NetworkInputs(pooled, sequences, dense, dims), label)
+    return _Inputs(use_vars, NetworkInputs(pooled, sequences, dense, dims), labels)
 
 
-def _network_logit(paddle: Any, model: ModelConfig, inputs: NetworkInputs) -> Any:
-    """The network's logit, checked: a failure while building, or a shape other than
-    [batch, 1], is a ConfigError naming model.network."""
+def _network_logits(
+    paddle: Any, model: ModelConfig, inputs: NetworkInputs, labels: list[str]
+) -> dict[str, Any]:
+    """Each task's logit, by label name, checked: a failure while building, a task that is
+    no label or lacks the main one, or a shape other than [batch, 1] is a ConfigError
+    naming model.network."""
     network = load_network(model)
+    path = model.network_path
     try:
-        logit = network.logit(inputs)
+        if isinstance(network, MultiTaskNetwork):
+            logits = network.logits(inputs)
+        else:
+            logits = {labels[0]: network.logit(inputs)}
     except Exception as e:  # the user's graph code: report it as the config's fault
+        raise ConfigError(f"model.network: building {path} failed: {type(e).__name__}: {e}") from e
+    if not isinstance(logits, Mapping) or labels[0] not in logits or set(logits) - set(labels):
+        got = sorted(logits) if isinstance(logits, Mapping) else type(logits).__name__
         raise ConfigError(
-            f"model.network: building {model.network_path} failed: {type(e).__name__}: {e}"
-        ) from e
-    shape = list(getattr(logit, "shape", []) or [])
-    if not isinstance(logit, paddle.static.Variable) or len(shape) != 2 or shape[1] != 1:
-        raise ConfigError(
-            f"model.network: {model.network_path}.logit returned "
-            f"{'shape ' + str(shape) if shape else type(logit).__name__}; it must return one "
-            "logit per row, a tensor of shape [batch, 1]"
+            f"model.network: {path}.logits returned {got}; it must return a logit per task "
+            f"by label name, among schema.labels {labels}, the first ({labels[0]!r}) included"
         )
-    return logit
+    for task, logit in logits.items():
+        shape = list(getattr(logit, "shape", []) or [])
+        if not isinstance(logit, paddle.static.Variable) or len(shape) != 2 or shape[1] != 1:
+            what = "shape " + str(shape) if shape else type(logit).__name__
+            raise ConfigError(
+                f"model.network: {path} returned {what} for task {task!r}; it must return "
+                "one logit per row, a tensor of shape [batch, 1]"
+            )
+    return {label: logits[label] for label in labels if label in logits}
 
 
 def build_model(schema: SchemaConfig, model: ModelConfig) -> ModelGraph:
     """The training program's graph in the current static program: inputs, the network
-    ``model.network`` names, its bias, the loss and the metric accumulators."""
+    ``model.network`` names, and per task its bias, loss and metric accumulators."""
     import paddle
 
     inputs = _inputs(paddle, schema, sparse_tables(schema, model))
-    bias = paddle.static.create_parameter(
-        shape=[1],
-        dtype="float32",
-        name=LOGIT_BIAS,
-        default_initializer=paddle.nn.initializer.Constant(0.0),
-    )
-    logit = _network_logit(paddle, model, inputs.network) + bias
-    predict = paddle.nn.functional.sigmoid(logit)
-    loss = paddle.mean(
-        paddle.nn.functional.binary_cross_entropy_with_logits(
-            logit, paddle.cast(inputs.label, "float32")
+    names = [label.name for label in schema.labels]
+    logits = _network_logits(paddle, model, inputs.network, names)
+    tasks, losses = {}, []
+    for task, logit in logits.items():
+        bias = paddle.static.create_parameter(
+            shape=[1],
+            dtype="float32",
+            name=logit_bias(task, names[0]),
+            default_initializer=paddle.nn.initializer.Constant(0.0),
         )
-    )
+        label = inputs.labels[task]
+        predict = paddle.nn.functional.sigmoid(logit + bias)
+        losses.append(
+            paddle.mean(
+                paddle.nn.functional.binary_cross_entropy_with_logits(
+                    logit + bias, paddle.cast(label, "float32")
+                )
+            )
+        )
+        stats = metric_stats(paddle, predict, label, "" if task == names[0] else task)
+        tasks[task] = TaskGraph(predict, label, bias.name, stats)
     net = inputs.network
     return ModelGraph(
         use_vars=inputs.use_vars,
-        predict=predict,
-        loss=loss,
+        loss=losses[0] if len(losses) == 1 else paddle.add_n(losses),
         pooled={name: v.name for name, v in net.pooled.items()},
         sequences={name: (q.values.name, q.mask.name) for name, q in net.sequences.items()},
-        logit_bias=LOGIT_BIAS,
         dense_var=net.dense.name if net.dense is not None else None,
-        stat_vars=metric_stats(paddle, predict, inputs.label),
+        tasks=tasks,
     )

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from streamrec.config import ModelConfig
 from streamrec.errors import ConfigError, broken_fields
-from streamrec.network import Network, NetworkFactory, NoParams
+from streamrec.network import MultiTaskNetwork, Network, NetworkFactory, NoParams
 
 
 def importable_here() -> None:
@@ -75,7 +75,7 @@ def network_params(model: ModelConfig, factory: NetworkFactory) -> BaseModel:
         ) from None
 
 
-def load_network(model: ModelConfig) -> Network:
+def load_network(model: ModelConfig) -> Network | MultiTaskNetwork:
     """The network the model YAML names, made with its hyper-parameters."""
     factory = network_factory(model)
     params = network_params(model, factory)
@@ -83,9 +83,10 @@ def load_network(model: ModelConfig) -> Network:
         network: Any = factory(params)
     except Exception as e:  # the user's constructor: any failure is a config failure
         raise ConfigError(f"model.network: {model.network_path}(params) failed: {e!r}") from e
-    if not isinstance(network, Network):
+    if not isinstance(network, Network | MultiTaskNetwork):
         raise ConfigError(
             f"model.network: {model.network_path}(params) made a {type(network).__name__} "
-            "without a logit(inputs) method (streamrec.network.Network)"
+            "without a logit(inputs) method (streamrec.network.Network) or a "
+            "logits(inputs) one (streamrec.network.MultiTaskNetwork)"
         )
     return network

@@ -3,7 +3,8 @@ the pipe reader, or InMemoryDataset), scored or trained on, and the global metri
 
 ``as_text`` converts the worker's Parquet parts to MultiSlot text once per pass; every read
 of the pass streams those files (``every``: every k-th row for a sampled score).
-``run_read`` runs one read and returns the AUC buckets and sums, all-reduced over workers.
+``run_read`` runs one read and returns each task's AUC buckets and sums, all-reduced over
+workers.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from streaming.pipe_reader import LABEL_VAR, convert_file, text_command
+from streaming.pipe_reader import convert_file, text_command
 from streamrec.config import RunnerConfig
 from trainers.instance_dump import point_dump, read_dump
 from trainers.metrics import STAT_NAMES, stats_from_predictions
-from trainers.models import AUC_BUCKETS
+from trainers.models import AUC_BUCKETS, TaskGraph
 from trainers.worker_context import WorkerContext
 
 
@@ -36,17 +37,19 @@ def _reset_stats(ctx: WorkerContext) -> None:
     import paddle
 
     scope = paddle.static.global_scope()
-    for var in ctx.graph.stat_vars.values():
-        tensor = scope.find_var(var.name).get_tensor()
-        tensor.set(np.zeros_like(np.array(tensor)), paddle.CPUPlace())
+    for task in ctx.graph.tasks.values():
+        for var in task.stat_vars.values():
+            tensor = scope.find_var(var.name).get_tensor()
+            tensor.set(np.zeros_like(np.array(tensor)), paddle.CPUPlace())
 
 
 Stats = tuple[np.ndarray, np.ndarray, dict[str, float]]
+TaskStats = dict[str, Stats]  # task (label name) -> its stats, the main task first
 
 
-def accumulated_stats(ctx: WorkerContext) -> Stats:
-    """This worker's AUC buckets and sums from the graph's accumulators."""
-    stats = ctx.graph.stat_vars
+def accumulated_stats(task: TaskGraph) -> Stats:
+    """This worker's AUC buckets and sums from a task's accumulators."""
+    stats = task.stat_vars
 
     def read(name: str) -> np.ndarray:
         return _scope_array(stats[name].name).reshape(-1).astype(np.float64)
@@ -132,17 +135,19 @@ def in_memory_dataset(
     return dataset
 
 
-def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stats:
-    """Score (``phase`` "test") or train on this worker's part of the pass, then the global
-    buckets and sums (``metrics_from_stats`` makes them metrics). With one reader thread
-    they come from the graph's accumulators; with more, from every instance's dumped
-    prediction and label (the threads race on the accumulators, see ``instance_dump``).
-    A score runs the forward-only program (``WorkerContext.scoring``)."""
+def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> TaskStats:
+    """Score (``phase`` "test") or train on this worker's part of the pass, then each
+    task's global buckets and sums (``metrics_from_stats`` makes them metrics). With one
+    reader thread they come from the graph's accumulators; with more, from every instance's
+    dumped predictions and labels (the threads race on the accumulators, see
+    ``instance_dump``). A score runs the forward-only program (``WorkerContext.scoring``)."""
     import paddle
 
     program = paddle.static.default_main_program() if phase == "train" else ctx.scoring
     dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
-    point_dump(program, [ctx.graph.predict.name, LABEL_VAR], dump if threads > 1 else None)
+    tasks = ctx.graph.tasks
+    fields = [name for t in tasks.values() for name in (t.predict.name, t.label.name)]
+    point_dump(program, fields, dump if threads > 1 else None)
     _reset_stats(ctx)
     rounds = ctx.sync if phase == "train" else None
     if rounds is not None:
@@ -154,11 +159,15 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Stat
         run(program=program, dataset=dataset, debug=False)
     if rounds is not None:  # a worker without data still joins the others' rounds
         rounds.finish()
+    # every worker all-reduces the tasks in the same order: the graph's
     if threads == 1:
-        return global_stats(accumulated_stats(ctx))
-    scores, labels = read_dump(dump, 2)
+        return {name: global_stats(accumulated_stats(task)) for name, task in tasks.items()}
+    values = read_dump(dump, len(fields))
     shutil.rmtree(dump)
-    return global_stats(stats_from_predictions(scores, labels, AUC_BUCKETS))
+    return {
+        name: global_stats(stats_from_predictions(values[2 * i], values[2 * i + 1], AUC_BUCKETS))
+        for i, name in enumerate(tasks)
+    }
 
 
 def progressive_every(progressive: str, rows: int, sample_rows: int) -> int:

@@ -39,7 +39,7 @@ from trainers.instance_dump import point_dump, read_dump_with_ids
 from trainers.intercept import add_to_bias, intercept_shift
 from trainers.metrics import metrics_from_stats
 from trainers.pass_reads import (
-    Stats,
+    TaskStats,
     as_text,
     in_memory_dataset,
     progressive_every,
@@ -50,7 +50,7 @@ from trainers.pass_reads import (
     scoring_batch_size,
     training_batch_size,
 )
-from trainers.results import TrainResult
+from trainers.results import TaskResult, TrainResult
 from trainers.saves import checkpoint_summary, save
 from trainers.worker_context import WorkerContext
 
@@ -64,7 +64,7 @@ def _test_then_train(
     every: int,
     batch: int,
     seconds: dict[str, float],
-) -> tuple[Stats | None, Stats]:
+) -> tuple[TaskStats | None, TaskStats]:
     """Progressive validation and training on this worker's files of the pass.
 
     ``every`` > 0 scores every such row of the pass first (the model exactly as the previous
@@ -115,16 +115,17 @@ def _test_then_train(
 
 def _refit_intercept(
     ctx: WorkerContext, files: list[str], threads: int, rows: int, seconds: dict[str, float]
-) -> dict[str, Any]:
+) -> dict[str, dict[str, Any]]:
     """Score the pass as the model now stands (every k-th row, about ``intercept_rows``
-    of the pass's ``rows``) and shift the logit's bias so its predicted clicks on them equal
-    their clicks (``intercept``); the rows scored, their COPC before, and the shift."""
+    of the pass's ``rows``) and shift each task's logit bias so its predicted positives on
+    them equal their positives (``intercept``); per task, the rows scored, their COPC
+    before, and the shift."""
     runner = ctx.cfg.model.runner
     every = max(1, math.ceil(rows / runner.intercept_rows))
     scoring = scoring_batch_size(runner)
     with ctx.stage("refit", seconds):
         if runner.reader_type == "QueueDataset":
-            pos, neg, sums = run_read(
+            stats = run_read(
                 ctx,
                 queue_dataset(ctx, files, threads, scoring, every) if files else None,
                 "test",
@@ -133,14 +134,23 @@ def _refit_intercept(
         else:  # an in-memory run loads its own sample, as the pass's reads load theirs
             dataset = in_memory_dataset(ctx, files, threads, text_command(every), scoring)
             try:
-                pos, neg, sums = run_read(ctx, dataset, "test", threads)
+                stats = run_read(ctx, dataset, "test", threads)
             finally:
                 dataset.release_memory()
-        shift = intercept_shift(pos, neg)
-        ctx.leader_only(lambda: add_to_bias(ctx.graph.logit_bias, shift))
+        shifts = {task: intercept_shift(pos, neg) for task, (pos, neg, _) in stats.items()}
+        biases = {ctx.graph.tasks[task].logit_bias: shift for task, shift in shifts.items()}
+        ctx.leader_only(lambda: add_to_bias(biases))
         dense_tables.pull()
-    before = metrics_from_stats(pos, neg, sums)
-    return {"rows": before.count, "every": every, "copc_before": before.copc, "shift": shift}
+    refits = {}
+    for task, task_stats in stats.items():
+        before = metrics_from_stats(*task_stats)
+        refits[task] = {
+            "rows": before.count,
+            "every": every,
+            "copc_before": before.copc,
+            "shift": shifts[task],
+        }
+    return refits
 
 
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
@@ -159,14 +169,16 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         threads = reader_threads(ctx, mine)
         batch = training_batch_size(runner, math.ceil(manifest.rows / ctx.workers))
         tested, trained = _test_then_train(ctx, mine, threads, every, batch, seconds)
-        averaged = intercept = None
+        averaged, refits = None, {}
         if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's
             with ctx.stage("average", seconds):
                 averaged = ctx.average.apply(ctx.leader_only)
         if runner.intercept == "refit":
-            intercept = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
-    train = metrics_from_stats(*trained)
-    test = metrics_from_stats(*tested) if tested is not None else train
+            refits = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
+    main, *others = ctx.graph.tasks
+    tests = {t: metrics_from_stats(*s) for t, s in (tested or trained).items()}
+    trains = {t: metrics_from_stats(*s) for t, s in trained.items()}
+    train, test = trains[main], tests[main]
     scored = sampled_rows([p.rows for p in manifest.parts], max(every, 1))
     counts_match = test.count == scored and train.count == manifest.rows
     if not counts_match:
@@ -189,7 +201,10 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
         sync_mode=runner.sync_mode,
         sync_rounds=ctx.sync.summary() if ctx.sync else None,
         dense_average=averaged,
-        intercept=intercept,
+        intercept=refits.get(main),
+        tasks={
+            t: TaskResult(test=tests[t], train=trains[t], intercept=refits.get(t)) for t in others
+        },
         started_at=started_at,  # epoch seconds: scheduling latency and freshness
         trained_at=time.time(),
     )

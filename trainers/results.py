@@ -1,5 +1,5 @@
-"""The cluster's reply to ``train``: one pass's progressive (``test``) and training metrics,
-its checkpoint and its timings.
+"""The cluster's reply to ``train``: one pass's progressive (``test``) and training metrics
+(the main task's, and each further task's in ``tasks``), its checkpoint and its timings.
 
 Built by the training step (``pass_steps.train_pass``), so a field it misses fails there;
 it travels as JSON through Redis and Airflow's XCom; the quality gate reads it back with
@@ -30,6 +30,16 @@ class SaveSummary(BaseModel):
     saved_keys: int  # keys this save wrote
 
 
+class TaskResult(BaseModel):
+    """A further task's metrics of the pass (the main task's are ``TrainResult``'s own)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    test: PassMetrics  # progressive: its head before the pass, on the pass
+    train: PassMetrics
+    intercept: dict[str, Any] | None = None  # its refit (trainers.intercept)
+
+
 class TrainResult(BaseModel):
     """What training one pass did and measured."""
 
@@ -49,7 +59,8 @@ class TrainResult(BaseModel):
     sync_mode: str
     sync_rounds: dict[str, Any] | None  # sync mode's rounds (trainers.sync_mode)
     dense_average: dict[str, Any] | None  # the averaged iterates (trainers.dense_average)
-    intercept: dict[str, Any] | None  # the refit (trainers.intercept)
+    intercept: dict[str, Any] | None  # the main task's refit (trainers.intercept)
+    tasks: dict[str, TaskResult] = {}  # label name -> a further task's (multi-task networks)
     started_at: float  # epoch seconds
     trained_at: float
     # the save that made the pass durable; absent in a reply for a pass trained before

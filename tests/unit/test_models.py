@@ -5,12 +5,14 @@ hyper-parameter or returns the wrong shape fails with a ConfigError naming the k
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import BaseModel, ConfigDict
 
-from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived
+from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived, load_config
 from streamrec.errors import ConfigError
 from streamrec.network import LOGIT_BIAS, SHIPPED, NetworkInputs
 from trainers.models import ModelGraph, build_model
@@ -34,9 +36,9 @@ def test_shipped_network_builds_with_the_shared_interface(
     assert list(graph.pooled) == [s.name for s in schema.sparse] and graph.sequences == {}
     assert [v.name for v in graph.use_vars][-1] == "label"
     assert graph.predict.shape[-1] == 1 and "sigmoid" in ops
-    assert set(graph.stat_vars) >= {"auc_pos", "auc_neg", "count", "clicks"}
+    assert set(graph.main.stat_vars) >= {"auc_pos", "auc_neg", "count", "clicks"}
     params = {p.name for p in static_program.all_parameters()}
-    assert LOGIT_BIAS in params and graph.logit_bias == LOGIT_BIAS
+    assert LOGIT_BIAS in params and graph.main.logit_bias == LOGIT_BIAS
     assert params - {DEFAULT_SPARSE_TABLE, LOGIT_BIAS}, "a network with no dense weights"
     if name != "ctr_dnn":  # wide and FM parts read each key's scalar weight (embed_w)
         assert "slice" in ops
@@ -156,3 +158,68 @@ def test_model_names_a_network_or_is_a_shipped_one(shipped_config: PipelineConfi
         derived(shipped_config, "test", model={"model": "mine"})
     with pytest.raises(ConfigError, match=r"model\.network"):
         derived(shipped_config, "test", model={"network": "not an import path"})
+
+
+CONVERSIONS = Path(__file__).resolve().parents[2] / "examples" / "conversions"
+
+
+@pytest.mark.parametrize("model", ["model_esmm.yaml", "model_mmoe.yaml"])
+def test_a_multi_task_network_gets_a_head_per_label(
+    static_program: Any, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(CONVERSIONS))
+    cfg = load_config(CONVERSIONS / "pipeline.yaml")
+    data = cfg.model_dump(mode="json", by_alias=True)
+    data["model"] = yaml.safe_load((CONVERSIONS / model).read_text())
+    cfg = PipelineConfig.model_validate(data)
+    graph = _build(cfg)
+    assert list(graph.tasks) == ["click", "conversion"]
+    assert [v.name for v in graph.use_vars][-2:] == ["label", "label_conversion"]
+    click, conversion = graph.tasks.values()
+    assert (click.label.name, conversion.label.name) == ("label", "label_conversion")
+    assert (click.logit_bias, conversion.logit_bias) == (LOGIT_BIAS, f"{LOGIT_BIAS}.conversion")
+    assert graph.predict is click.predict  # the main task's, as one-task consumers read it
+    assert set(conversion.stat_vars) == set(click.stat_vars)
+    assert conversion.stat_vars["count"].name == "stat.conversion.count"
+    assert click.stat_vars["count"].name == "stat.count"
+    params = {p.name for p in static_program.all_parameters()}
+    assert {LOGIT_BIAS, f"{LOGIT_BIAS}.conversion"} <= params
+    ops = [op.type for op in static_program.global_block().ops]
+    assert ops.count("sigmoid_cross_entropy_with_logits") == 2 and "sum" in ops
+
+
+class Heads:
+    """Returns the heads its ``tasks`` parameter names."""
+
+    class Params(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        tasks: list[str] = ["click"]
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+
+    def logits(self, inputs: NetworkInputs) -> Any:
+        import paddle
+
+        x = paddle.concat(list(inputs.pooled.values()), axis=1)
+        return {task: paddle.static.nn.fc(x, 1) for task in self.params.tasks}
+
+
+@pytest.mark.parametrize(
+    ("tasks", "fix"),
+    [(["click", "view"], "among schema.labels"), (["conversion"], "the first ('click')")],
+)
+def test_heads_that_are_no_labels_fail_naming_the_key(
+    shipped_config: PipelineConfig, static_program: Any, tasks: list[str], fix: str
+) -> None:
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    labels = [{"name": "click"}, {"name": "conversion"}]
+    cfg = derived(
+        _with_history(shipped_config, f"{__name__}:Heads", tasks=tasks),
+        "two labels",
+        join={"mode": "label_in_impression"},
+        schema={**fs, "labels": labels},
+    )
+    with pytest.raises(ConfigError, match=r"model\.network") as e:
+        _build(cfg)
+    assert fix in str(e.value), str(e.value)
