@@ -162,6 +162,7 @@ def package_export(
         slot_feeds=spec.slot_feeds,
         sequence_feeds=spec.sequence_feeds,
         dense_feed=spec.dense_feed,
+        outputs=spec.outputs,
         sparse_tables={
             name: TablePart(dim=t.dim, slots=t.slots, keys=len(tables[name].keys))
             for name, t in spec.sparse_tables.items()

@@ -64,9 +64,10 @@ class ScoreBatcher:
         self._waiting: list[_Job] = []
         self._wake = asyncio.Event()
 
-    async def score(self, predictor: Predictor, body: bytes) -> tuple[list[Any], list[float]]:
-        """The event ids and click probabilities of one /predict body, scored by
-        ``predictor`` (with whatever other requests wait beside it)."""
+    async def score(self, predictor: Predictor, body: bytes) -> tuple[list[Any], list[list[float]]]:
+        """The event ids and each task's probabilities (``predictor.tasks``' order) of one
+        /predict body, scored by ``predictor`` (with whatever other requests wait beside
+        it)."""
         future = asyncio.get_running_loop().create_future()
         self._waiting.append(_Job(predictor, body, future))
         self._wake.set()
@@ -120,13 +121,16 @@ class ScoreBatcher:
                 continue
             try:
                 rows = [row for _, job_rows, _ in parsed for row in job_rows]
-                scores = jobs[parsed[0][0]].predictor.score_rows(rows) if rows else np.zeros(0)
+                predictor = jobs[parsed[0][0]].predictor
+                scores = (
+                    predictor.score_tasks(rows) if rows else np.zeros((len(predictor.tasks), 0))
+                )
             except Exception as e:
                 for i, _, _ in parsed:
                     outcomes[i] = self._scoring_error(e)
                 continue
             start = 0
             for i, job_rows, ids in parsed:
-                outcomes[i] = (ids, scores[start : start + len(job_rows)].tolist())
+                outcomes[i] = (ids, scores[:, start : start + len(job_rows)].tolist())
                 start += len(job_rows)
         return outcomes

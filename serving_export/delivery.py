@@ -57,10 +57,10 @@ def evaluate(cfg: PipelineConfig, result: TrainResult) -> GateDecision:
     if stored is not None:
         return stored
     try:
-        serving_auc: float | None = registry_for(cfg).serving().metrics.auc
+        serving: GateDecision | None = registry_for(cfg).serving().metrics.gate
     except NothingServing:
-        serving_auc = None
-    decision = judge(result, serving_auc, cfg.gate)
+        serving = None
+    decision = judge(result, serving, cfg.gate)
     _record(cfg, result.pass_id, "gate", decision.to_dict())
     log.info(
         "pass %s gate: %s %s",

@@ -19,7 +19,8 @@ from streamrec.config import SchemaConfig
 from streamrec.errors import broken_fields
 from trainers.export_spec import OnnxTwin
 
-ARTIFACT_VERSION = 4  # 3: the network and the sequence feeds; 4: several sparse tables
+# 3: the network and the sequence feeds; 4: several sparse tables; 5: a head per task
+ARTIFACT_VERSION = 5
 MANIFEST_NAME = "MANIFEST.json"
 
 
@@ -82,6 +83,9 @@ class ArtifactManifest(_Frozen):
     slot_feeds: dict[str, str]  # pooled slot -> the program's pooled-embedding feed
     sequence_feeds: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) feeds
     dense_feed: str | None
+    # the program's outputs, each task's probability by label name (a version before 5 has
+    # one, its schema's first label: ``tasks``)
+    outputs: tuple[str, ...] = ()
     sparse_tables: dict[str, TablePart]  # by name
     sign_version: int  # streaming.feature_signs.SIGN_VERSION it hashes features with
     feature_schema: SchemaConfig
@@ -100,6 +104,11 @@ class ArtifactManifest(_Frozen):
             raise ExportInvalid(
                 f"{where} breaks the artifact manifest: {broken_fields(e)}"
             ) from None
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """The label each output of the program predicts, in output order."""
+        return self.outputs or (self.feature_schema.labels[0].name,)
 
     @property
     def table_of_slot(self) -> dict[str, str]:

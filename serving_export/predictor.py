@@ -54,13 +54,17 @@ class PaddleDense:
         self._lock = threading.Lock()  # a Paddle predictor is not reentrant
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        """Each output's scores, ``[outputs, rows]``."""
         predictor = self._predictor
         with self._lock:
             for name in predictor.get_input_names():
                 predictor.get_input_handle(name).copy_from_cpu(feeds[name])
             predictor.run()
-            out = predictor.get_output_handle(predictor.get_output_names()[0])
-            return out.copy_to_cpu().reshape(-1)
+            outs = [
+                predictor.get_output_handle(name).copy_to_cpu().reshape(-1)
+                for name in predictor.get_output_names()
+            ]
+            return np.stack(outs)
 
 
 class OnnxDense:
@@ -81,8 +85,9 @@ class OnnxDense:
         self._inputs = [i.name for i in self._session.get_inputs()]
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        out = self._session.run(None, {name: feeds[name] for name in self._inputs})
-        return np.asarray(out[0]).reshape(-1)
+        """Each output's scores, ``[outputs, rows]``."""
+        outs = self._session.run(None, {name: feeds[name] for name in self._inputs})
+        return np.stack([np.asarray(out).reshape(-1) for out in outs])
 
 
 class Predictor:
@@ -106,6 +111,7 @@ class Predictor:
                 f"this code with {SIGN_VERSION}"
             )
         self.schema = self.manifest.feature_schema
+        self.tasks = self.manifest.tasks  # what each row of ``score_tasks`` predicts
         self.embeddings = (
             embeddings
             if embeddings is not None
@@ -177,10 +183,11 @@ class Predictor:
                 feeds[self.manifest.slot_feeds[slot.name]] = part
         return feeds
 
-    def score_rows(self, rows: list[dict[str, Any]]) -> np.ndarray:
-        """Click probabilities of feature rows (``streaming.events.feature_row``)."""
+    def score_tasks(self, rows: list[dict[str, Any]]) -> np.ndarray:
+        """Each task's probabilities of feature rows (``streaming.events.feature_row``),
+        ``[len(tasks), rows]``, in ``tasks``' order (the main task first)."""
         if not rows:
-            return np.zeros(0, dtype=np.float32)
+            return np.zeros((len(self.tasks), 0), dtype=np.float32)
         feeds = self._slot_feeds(rows)
         if self.manifest.dense_feed:
             feeds[self.manifest.dense_feed] = np.array(
@@ -188,9 +195,13 @@ class Predictor:
             )
         return self._dense.run(feeds)
 
+    def score_rows(self, rows: list[dict[str, Any]]) -> np.ndarray:
+        """The main task's (click) probabilities of feature rows."""
+        return self.score_tasks(rows)[0]
+
     def score(self, events: list[Any]) -> np.ndarray:
-        """Click probabilities of ``events`` (impression events), validated as ``/predict``
-        validates them: MalformedEvent naming the first bad one."""
+        """The main task's (click) probabilities of ``events`` (impression events),
+        validated as ``/predict`` validates them: MalformedEvent naming the first bad one."""
         rows = []
         for i, event in enumerate(events):
             try:
@@ -236,8 +247,13 @@ def _predict(config: Path, events_file: Path) -> int:
         except MalformedEvent as e:
             raise ContractError(f"{events_file}:{n}: {e}") from None
         events.append(event)
-    for event, p in zip(events, predictor.score_rows(rows), strict=True):
-        print(json.dumps({"event_id": event.get("event_id"), "p_click": round(float(p), 6)}))
+    scores = predictor.score_tasks(rows)
+    several = len(predictor.tasks) > 1
+    for i, event in enumerate(events):
+        line = {"event_id": event.get("event_id"), "p_click": round(float(scores[0, i]), 6)}
+        if several:  # each task's probability by its label's name
+            line["p"] = {t: round(float(scores[k, i]), 6) for k, t in enumerate(predictor.tasks)}
+        print(json.dumps(line))
     return 0
 
 

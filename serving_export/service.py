@@ -400,7 +400,10 @@ def create_app(
         metrics.events.inc(len(ids))
         metrics.requests.labels("predict", "200").inc()
         metrics.latency.observe(time.perf_counter() - started)
-        return JSONResponse({"version": predictor.version, "p_click": scores, "event_ids": ids})
+        answer = {"version": predictor.version, "p_click": scores[0], "event_ids": ids}
+        if len(predictor.tasks) > 1:  # each task's probabilities by its label's name
+            answer["p"] = dict(zip(predictor.tasks, scores, strict=True))
+        return JSONResponse(answer)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -22,7 +22,7 @@ from trainers.checkpoints import CheckpointInfo
 
 EXPORT_SPEC = "export_spec.json"
 # 3: the ONNX twin is in the raw export; 4: the network and sequences; 5: several tables
-EXPORT_VERSION = 5
+EXPORT_VERSION = 6  # 6: the outputs, a head per task
 
 
 class OnnxTwin(BaseModel):
@@ -60,6 +60,7 @@ class ExportSpec(BaseModel):
     slot_feeds: dict[str, str]  # pooled slot -> the program's pooled-embedding feed
     sequence_feeds: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) feeds
     dense_feed: str | None  # the dense features' feed; None when the schema has none
+    outputs: tuple[str, ...]  # the program's outputs: each task's probability, by label name
     sparse_tables: dict[str, ExportTable]  # by name (the Paddle parameter)
     feature_schema: dict[str, Any]  # streamrec.config.SchemaConfig, as JSON
     checkpoint_root: str
@@ -85,7 +86,7 @@ def read_export_spec(raw_export: Path) -> ExportSpec:
     if raw.get("export_version", 0) < EXPORT_VERSION:
         raise ContractError(
             f"{path} is of export version {raw.get('export_version')}, this streamrec reads "
-            f"{EXPORT_VERSION} (with its sparse tables): export the pass again"
+            f"{EXPORT_VERSION} (with its sparse tables and its outputs): export the pass again"
         )
     try:
         return ExportSpec.model_validate(raw)

@@ -27,8 +27,8 @@ EXPORT_MODEL_PREFIX = "model"
 
 def _save_dense_inference_model(ctx: WorkerContext, prefix: Path) -> None:
     """Worker 0: the inference program (pooled embeddings, sequences with their masks,
-    dense -> p) with the dense
-    tables as the servers hold them once settled. ``fleet.save_inference_model`` would also
+    dense -> each task's probability, in the graph's task order) with the dense tables as
+    the servers hold them once settled. ``fleet.save_inference_model`` would also
     make every server dump its whole sparse table, which the artifact takes from the
     checkpoints instead (only the keys a pass touched)."""
     import paddle
@@ -41,15 +41,14 @@ def _save_dense_inference_model(ctx: WorkerContext, prefix: Path) -> None:
     names += [graph.dense_var] if graph.dense_var else []
     # a network need not read every input (the dense features, a mask): Paddle refuses a
     # feed the prediction does not depend on, and serving feeds what the program asks for
-    feeds = [block.var(n) for n in _needed(block, graph.predict.name, names)]
-    paddle.static.save_inference_model(
-        str(prefix), feeds, [graph.predict], ctx.exe, program=program
-    )
+    targets = [task.predict for task in graph.tasks.values()]
+    feeds = [block.var(n) for n in _needed(block, [t.name for t in targets], names)]
+    paddle.static.save_inference_model(str(prefix), feeds, targets, ctx.exe, program=program)
 
 
-def _needed(block: Any, target: str, names: list[str]) -> list[str]:
-    """Those of ``names`` that ``target`` is computed from, in their order."""
-    needed = {target}
+def _needed(block: Any, targets: list[str], names: list[str]) -> list[str]:
+    """Those of ``names`` that any of ``targets`` is computed from, in their order."""
+    needed = set(targets)
     for op in reversed(block.ops):
         if needed.intersection(op.output_arg_names):
             needed.update(op.input_arg_names)
@@ -94,6 +93,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
             slot_feeds=ctx.graph.pooled,
             sequence_feeds=ctx.graph.sequences,
             dense_feed=ctx.graph.dense_var,
+            outputs=tuple(ctx.graph.tasks),
             sparse_tables=_tables(ctx),
             feature_schema=ctx.cfg.feature_schema.model_dump(mode="json"),
             checkpoint_root=str(Path(ctx.cfg.paths.checkpoint_root)),

@@ -51,6 +51,10 @@ class ModelGraph:
     sequences: dict[str, tuple[str, str]]  # sequence slot -> (values, mask) var names (feeds)
     dense_var: str | None
     tasks: dict[str, TaskGraph]  # label name -> its head, the main task (first label) first
+    # "<task>|<given>" -> (task, given): a task whose label requires another's (a conversion
+    # its click) is also measured on the rows where that label is 1, its probability
+    # divided by the given head's (p(conversion | click) on the clicked rows)
+    conditionals: dict[str, tuple[str, str]]
 
     @property
     def main(self) -> TaskGraph:
@@ -211,4 +215,9 @@ def build_model(schema: SchemaConfig, model: ModelConfig) -> ModelGraph:
         sequences={name: (q.values.name, q.mask.name) for name, q in net.sequences.items()},
         dense_var=net.dense.name if net.dense is not None else None,
         tasks=tasks,
+        conditionals={
+            f"{label.name}|{label.requires}": (label.name, label.requires)
+            for label in schema.labels
+            if label.requires in tasks and label.name in tasks
+        },
     )

@@ -145,9 +145,11 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Task
 
     program = paddle.static.default_main_program() if phase == "train" else ctx.scoring
     dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
-    tasks = ctx.graph.tasks
+    tasks, conditionals = ctx.graph.tasks, ctx.graph.conditionals
     fields = [name for t in tasks.values() for name in (t.predict.name, t.label.name)]
-    point_dump(program, fields, dump if threads > 1 else None)
+    # a conditional task needs each row's scores: dumped, as several threads need them too
+    dumped = threads > 1 or bool(conditionals)
+    point_dump(program, fields, dump if dumped else None)
     _reset_stats(ctx)
     rounds = ctx.sync if phase == "train" else None
     if rounds is not None:
@@ -160,14 +162,19 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Task
     if rounds is not None:  # a worker without data still joins the others' rounds
         rounds.finish()
     # every worker all-reduces the tasks in the same order: the graph's
-    if threads == 1:
+    if not dumped:
         return {name: global_stats(accumulated_stats(task)) for name, task in tasks.items()}
     values = read_dump(dump, len(fields))
     shutil.rmtree(dump)
-    return {
-        name: global_stats(stats_from_predictions(values[2 * i], values[2 * i + 1], AUC_BUCKETS))
-        for i, name in enumerate(tasks)
-    }
+    scores = {name: (values[2 * i], values[2 * i + 1]) for i, name in enumerate(tasks)}
+    local = {name: stats_from_predictions(*scores[name], AUC_BUCKETS) for name in tasks}
+    for name, (task, given) in conditionals.items():
+        rows = scores[given][1] == 1
+        ratio = scores[task][0][rows] / np.maximum(scores[given][0][rows], 1e-7)
+        local[name] = stats_from_predictions(
+            np.clip(ratio, 0.0, 1.0), scores[task][1][rows], AUC_BUCKETS
+        )
+    return {name: global_stats(stats) for name, stats in local.items()}
 
 
 def progressive_every(progressive: str, rows: int, sample_rows: int) -> int:

@@ -137,13 +137,14 @@ def _refit_intercept(
                 stats = run_read(ctx, dataset, "test", threads)
             finally:
                 dataset.release_memory()
-        shifts = {task: intercept_shift(pos, neg) for task, (pos, neg, _) in stats.items()}
+        # each head is refitted; a conditional task (a ratio of two heads) has no bias
+        shifts = {task: intercept_shift(*stats[task][:2]) for task in ctx.graph.tasks}
         biases = {ctx.graph.tasks[task].logit_bias: shift for task, shift in shifts.items()}
         ctx.leader_only(lambda: add_to_bias(biases))
         dense_tables.pull()
     refits = {}
-    for task, task_stats in stats.items():
-        before = metrics_from_stats(*task_stats)
+    for task in shifts:
+        before = metrics_from_stats(*stats[task])
         refits[task] = {
             "rows": before.count,
             "every": every,
@@ -175,7 +176,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
                 averaged = ctx.average.apply(ctx.leader_only)
         if runner.intercept == "refit":
             refits = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
-    main, *others = ctx.graph.tasks
+    main, *others = [*ctx.graph.tasks, *ctx.graph.conditionals]
     tests = {t: metrics_from_stats(*s) for t, s in (tested or trained).items()}
     trains = {t: metrics_from_stats(*s) for t, s in trained.items()}
     train, test = trains[main], tests[main]
@@ -228,7 +229,8 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     out = Path(ctx.cfg.paths.work_root) / "scores" / f"{pass_id}-{command_id}"
     dump = out / f"dump-{ctx.rank}"
     program = ctx.scoring
-    point_dump(program, [ctx.graph.predict.name], dump)
+    tasks = ctx.graph.tasks
+    point_dump(program, [task.predict.name for task in tasks.values()], dump)
     try:
         if mine:
             command = pipe_command(ctx.cfg.feature_schema, ins_id=True)
@@ -241,16 +243,12 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
                 dataset.release_memory()
     finally:
         point_dump(program, [], None)
-    ids, (predictions,) = read_dump_with_ids(dump, 1)
+    ids, predictions = read_dump_with_ids(dump, len(tasks))
     shutil.rmtree(dump)
     path = out / f"worker-{ctx.rank}.parquet"
-    pq.write_table(
-        pa.table(
-            {
-                "event_id": [unquote(i) for i in ids],
-                "p_click": predictions.astype(np.float32),
-            }
-        ),
-        path,
-    )
+    # the main task's as p_click, as ever; a further task's as p_<its label>
+    names = ["p_click", *(f"p_{task}" for task in list(tasks)[1:])]
+    columns = {"event_id": [unquote(i) for i in ids]}
+    columns |= {name: p.astype(np.float32) for name, p in zip(names, predictions, strict=True)}
+    pq.write_table(pa.table(columns), path)
     return {"pass_id": pass_id, "rank": ctx.rank, "rows": len(ids), "predictions": str(path)}

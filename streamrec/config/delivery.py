@@ -13,12 +13,28 @@ from streamrec.config.base import _Strict
 from streamrec.secrets import check_source, read_secret
 
 
+class TaskGate(_Strict):
+    """A further task's own bounds (a multi-task network's head, by label name, or a
+    conditional task such as ``conversion|click``); unset ones are the main task's."""
+
+    min_auc: float | None = Field(None, ge=0, le=1, description="Lowest progressive AUC.")
+    max_auc_drop: float | None = Field(
+        None, ge=0, description="Largest AUC drop against the serving model's, for this task."
+    )
+
+
 class GateConfig(_Strict):
     min_auc: float = Field(0.6, ge=0, le=1, description="Lowest progressive AUC delivered.")
     max_auc_drop: float = Field(
         0.02, ge=0, description="Largest AUC drop allowed against the serving model's pass."
     )
     min_rows: int = Field(100, ge=1, description="Passes with fewer rows are not delivered.")
+    tasks: dict[str, TaskGate] = Field(
+        default_factory=dict,
+        description="Bounds of further tasks by name. Every head of a multi-task network "
+        "is judged (with the main task's bounds unless named here); a conditional task "
+        "(<task>|<given>: p(conversion | click) on the clicked rows) only when named here.",
+    )
 
 
 class ServingConfig(_Strict):

@@ -64,6 +64,17 @@ class PipelineConfig(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _gated_tasks_are_labels(self) -> PipelineConfig:
+        names = {label.name for label in self.feature_schema.labels}
+        for task in self.gate.tasks:
+            if not set(task.split("|")) <= names or task.count("|") > 1:
+                raise ValueError(
+                    f"gate.tasks.{task}: name a label of schema.labels {sorted(names)}, or a "
+                    "conditional task <label>|<the label it requires>"
+                )
+        return self
+
     @property
     def labels(self) -> list[LabelSpec]:
         """The labels each row carries: ``schema.labels``, or in ``click_join`` mode the

@@ -36,3 +36,20 @@ def cluster_scores(client: ClusterClient, pass_id: str, events: list[dict[str, A
         by_id.update(zip(table["event_id"], table["p_click"], strict=True))
     assert len(by_id) == len(events)
     return np.array([by_id[e["event_id"]] for e in events])
+
+
+def cluster_task_scores(
+    client: ClusterClient, pass_id: str, events: list[dict[str, Any]]
+) -> dict[str, np.ndarray]:
+    """Each head's predictions for ``events`` (rows of ``pass_id``), in their order, by the
+    score's column: ``p_click`` for the main task, ``p_<label>`` for a further one."""
+    tables = [pq.read_table(r["predictions"]).to_pydict() for r in client.score(pass_id)]
+    order = {e["event_id"]: i for i, e in enumerate(events)}
+    out: dict[str, np.ndarray] = {}
+    for table in tables:
+        rows = [order[event_id] for event_id in table["event_id"]]
+        for column, values in table.items():
+            if column != "event_id":
+                out.setdefault(column, np.full(len(events), np.nan))[rows] = values
+    assert all(not np.isnan(v).any() for v in out.values()), "a row the cluster did not score"
+    return out

@@ -307,3 +307,17 @@ def test_a_feature_named_like_a_label_column_is_rejected(shipped_config) -> None
     dense = [*fs["dense"], {"name": "label_conversion"}]
     with pytest.raises(ConfigError, match=r"\['label_conversion'\] are label columns"):
         _two_labels(shipped_config, dense=dense)
+
+
+def test_gate_bounds_name_tasks_of_the_labels(shipped_config) -> None:
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    cfg = derived(
+        shipped_config,
+        "two labels",
+        join={"mode": "label_in_impression"},
+        schema={**fs, "labels": TWO_LABELS},
+        gate={"tasks": {"conversion": {"min_auc": 0.7}, "conversion|click": {}}},
+    )
+    assert cfg.gate.tasks["conversion"].min_auc == 0.7
+    with pytest.raises(ConfigError, match=r"gate\.tasks\.purchase: name a label"):
+        derived(cfg, "a gate on no label", gate={"tasks": {"purchase": {}}})

@@ -34,6 +34,7 @@ def _spec() -> ExportSpec:
         slot_feeds={"user_id": "pooled_user_id"},
         sequence_feeds={"clicked": ("clicked_values", "clicked_mask")},
         dense_feed=None,
+        outputs=("click", "conversion"),
         sparse_tables={
             "SparseFeatFactors": ExportTable(
                 folder="000",

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from serving_export.quality_gate import judge
+from serving_export.quality_gate import GateDecision, judge
 from streamrec.config import GateConfig
 from streamrec.errors import ContractError
 from trainers.metrics import PassMetrics
-from trainers.results import TrainResult
+from trainers.results import TaskResult, TrainResult
 
 GATE = GateConfig(min_auc=0.6, max_auc_drop=0.02, min_rows=100)
 
@@ -19,8 +19,18 @@ def _metrics(auc: float, ctr: float) -> PassMetrics:
     return PassMetrics(1000, auc, 0.45, 1.0, 0.3, 0.4, 0.2, ctr, 0.01)
 
 
-def _result(auc: float, rows: int = 1000, matches: bool = True, ctr: float = 0.2) -> TrainResult:
+def _result(
+    auc: float,
+    rows: int = 1000,
+    matches: bool = True,
+    ctr: float = 0.2,
+    tasks: dict[str, float] | None = None,
+) -> TrainResult:
     return TrainResult(
+        tasks={
+            name: TaskResult(test=_metrics(x, ctr), train=_metrics(0.8, ctr))
+            for name, x in (tasks or {}).items()
+        },
         pass_id="202601010000",
         rows=rows,
         count_matches_manifest=matches,
@@ -40,6 +50,10 @@ def _result(auc: float, rows: int = 1000, matches: bool = True, ctr: float = 0.2
     )
 
 
+def _serving(auc: float, **task_aucs: float) -> GateDecision:
+    return GateDecision(True, auc, None, [], task_aucs)
+
+
 def test_passes_a_good_first_model() -> None:
     d = judge(_result(0.7), None, GATE)
     assert d.passed and d.reasons == [] and d.serving_auc is None
@@ -47,8 +61,8 @@ def test_passes_a_good_first_model() -> None:
 
 def test_rejects_each_failure_with_a_reason() -> None:
     assert "min_auc" in judge(_result(0.55), None, GATE).reasons[0]
-    assert "below serving" in judge(_result(0.70), 0.75, GATE).reasons[0]
-    assert judge(_result(0.74), 0.75, GATE).passed  # within max_auc_drop
+    assert "below serving" in judge(_result(0.70), _serving(0.75), GATE).reasons[0]
+    assert judge(_result(0.74), _serving(0.75), GATE).passed  # within max_auc_drop
     assert "min_rows" in judge(_result(0.9, rows=10), None, GATE).reasons[0]
     assert "row count" in judge(_result(0.9, matches=False), None, GATE).reasons[0]
     assert "not finite" in judge(_result(math.nan), None, GATE).reasons[0]
@@ -65,3 +79,28 @@ def test_a_train_result_missing_or_renaming_a_field_fails_at_the_boundary() -> N
     with pytest.raises(ContractError, match="test") as failed:
         TrainResult.from_reply(reply)
     assert "202601010000" in str(failed.value)
+
+
+def test_each_head_is_judged_with_its_own_bounds_against_its_serving_auc() -> None:
+    gate = GateConfig(
+        min_auc=0.6,
+        max_auc_drop=0.02,
+        min_rows=100,
+        tasks={"conversion": {"min_auc": 0.7, "max_auc_drop": 0.05}},
+    )
+    both = {"conversion": 0.75, "conversion|click": 0.55}
+    d = judge(_result(0.8, tasks=both), None, gate)
+    assert d.passed and d.task_aucs == {"conversion": 0.75}  # a conditional only when named
+    low = judge(_result(0.8, tasks={"conversion": 0.65}), None, gate)
+    assert low.reasons == ["conversion AUC 0.6500 < min_auc 0.7"]
+    # against the serving version's own AUC for that head, with the head's own drop
+    assert judge(
+        _result(0.8, tasks={"conversion": 0.76}), _serving(0.8, conversion=0.8), gate
+    ).passed
+    dropped = judge(_result(0.8, tasks={"conversion": 0.74}), _serving(0.8, conversion=0.8), gate)
+    assert dropped.reasons == ["conversion AUC 0.7400 is more than 0.05 below serving 0.8000"]
+    # a conditional task named in gate.tasks is judged; a head without bounds takes the main's
+    named = GateConfig(min_auc=0.6, max_auc_drop=0.02, min_rows=100, tasks={"conversion|click": {}})
+    d = judge(_result(0.8, tasks=both), None, named)
+    assert d.reasons == ["conversion|click AUC 0.5500 < min_auc 0.6"]
+    assert d.task_aucs == both

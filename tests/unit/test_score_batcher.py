@@ -14,17 +14,24 @@ from serving_export.batcher import ScoreBatcher
 
 
 class FakePredictor:
+    """Two heads: x / 10 and x / 100."""
+
     schema = None
+    tasks = ("click", "conversion")
 
     def __init__(self, fail: bool = False) -> None:
         self.calls: list[list[float]] = []
         self.fail = fail
 
-    def score_rows(self, rows: list[dict]) -> np.ndarray:
+    def score_tasks(self, rows: list[dict]) -> np.ndarray:
         if self.fail:
             raise ConnectionError("store away")
         self.calls.append([r["x"] for r in rows])
-        return np.array([r["x"] / 10 for r in rows])
+        return np.array([[r["x"] / 10 for r in rows], [r["x"] / 100 for r in rows]])
+
+
+def _heads(*xs: float) -> list[list]:
+    return [[pytest.approx(x / 10) for x in xs], [pytest.approx(x / 100) for x in xs]]
 
 
 def parse(body: bytes, _schema) -> tuple[list[dict], list]:
@@ -56,10 +63,10 @@ def test_waiting_requests_are_scored_in_one_call_each_gets_its_own_rows(offload:
         return results, first.calls, second.calls
 
     results, first_calls, second_calls = asyncio.run(run())
-    assert results[0] == ([1, 2], [pytest.approx(0.1), pytest.approx(0.2)])
+    assert results[0] == ([1, 2], _heads(1, 2))  # each request gets its rows of every head
     assert isinstance(results[1], ValueError)
-    assert results[2] == ([5], [pytest.approx(0.5)])
-    assert results[3] == ([3], [pytest.approx(0.3)])
+    assert results[2] == ([5], _heads(5))
+    assert results[3] == ([3], _heads(3))
     assert isinstance(results[4], RuntimeError) and "store away" in str(results[4])
     assert first_calls == [[1, 2, 3]] and second_calls == [[5]]
 
@@ -78,7 +85,7 @@ def test_at_most_max_requests_per_call() -> None:
 
 def test_a_fault_in_a_batch_fails_its_requests_and_the_next_are_scored() -> None:
     class Broken(FakePredictor):
-        def score_rows(self, rows: list[dict]) -> list[float]:  # not an array: .tolist fails
+        def score_tasks(self, rows: list[dict]) -> list[float]:  # not an array: slicing fails
             return [0.0] * len(rows)
 
     async def run():
@@ -92,5 +99,5 @@ def test_a_fault_in_a_batch_fails_its_requests_and_the_next_are_scored() -> None
         return broken, after
 
     broken, after = asyncio.run(run())
-    assert isinstance(broken[0], AttributeError)
-    assert after == ([2], [pytest.approx(0.2)])
+    assert isinstance(broken[0], TypeError)
+    assert after == ([2], _heads(2))
