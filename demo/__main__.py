@@ -25,6 +25,7 @@ from demo.services import on_local_services
 from ops.pass_sequence import run_pass
 from serving_export import delivery
 from serving_export.predictor import Predictor
+from streaming.events import scoring_row
 from streaming.pass_builder import PassBuilder
 from streaming.producer import best_auc, produce_synthetic
 from streamrec.config import PipelineConfig, dump_config, load_config
@@ -72,6 +73,15 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
             done = run_pass(cfg, cluster.client, pass_id)
             trained, save = done.train, done.train.checkpoint
             b = batches[pass_id]
+            best = b.best_task_aucs(cfg.labels)
+            tasks = {  # a multi-task model's further tasks, each beside its best AUC
+                column: value
+                for name, task in trained.tasks.items()
+                for column, value in (
+                    (f"AUC {name}", task.test.auc),
+                    (f"best {name}", best.get(name)),
+                )
+            }
             rows.append(
                 {
                     "pass": pass_id,
@@ -86,19 +96,30 @@ def run_demo(cfg: PipelineConfig, passes: int, first_pass: str) -> list[dict]:
                     "gate": "pass" if done.decision.passed else "reject",
                     "delivered": done.version or "",
                     "seconds": time.monotonic() - start,
+                    **tasks,
                 }
             )
 
         predictor = Predictor.serving(cfg.paths.model_root, delivery.registry_for(cfg))
         tail = list(batches.values())[-1].events[:5]
-        scores = predictor.score(tail)
+        scores = predictor.score_tasks([scoring_row(e, predictor.schema) for e in tail])
         print(f"\nserving model {predictor.version} scores the next events:")
-        for event, p in zip(tail, scores, strict=True):
-            print(f"  {event['event_id']:<16} p(click)={p:.4f}  clicked={event['label']}")
+        for i, event in enumerate(tail):
+            said = "  ".join(
+                f"p({task})={scores[k, i]:.4f}  {task}={event[_column_of(cfg)[task]]}"
+                for k, task in enumerate(predictor.tasks)
+            )
+            print(f"  {event['event_id']:<16} {said}")
         print(
             f"\npasses, slices, checkpoints and models are under {Path(cfg.paths.data_root).parent}"
         )
     return rows
+
+
+def _column_of(cfg: PipelineConfig) -> dict[str, str]:
+    """Each label's field in a synthetic event, by the label's name."""
+    schema = cfg.feature_schema
+    return {x.name: c for x, c in zip(schema.labels, schema.label_columns, strict=True)}
 
 
 _COLUMNS = [  # (title = row key, width, format)
@@ -118,16 +139,21 @@ _COLUMNS = [  # (title = row key, width, format)
 
 
 def print_table(rows: list[dict]) -> None:
-    """The per-pass table: progressive AUC next to the stream's best reachable AUC."""
-    header = " ".join(f"{title:>{width}}" for title, width, _ in _COLUMNS)
+    """The per-pass table: progressive AUC next to the stream's best reachable AUC (a
+    multi-task model's further tasks: theirs after the main task's)."""
+    known = {title for title, _, _ in _COLUMNS}
+    tasks = list(dict.fromkeys(k for r in rows for k in r if k not in known))
+    at = [title for title, _, _ in _COLUMNS].index("train AUC")
+    columns = [*_COLUMNS[:at], *((t, max(9, len(t) + 1), "{:.4f}") for t in tasks), *_COLUMNS[at:]]
+    header = " ".join(f"{title:>{width}}" for title, width, _ in columns)
     print("\nprogressive validation per pass (AUC measured before training on the pass):")
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
             " ".join(
-                f"{fmt.format(r[title]) if r[title] != '' else '-':>{width}}"
-                for title, width, fmt in _COLUMNS
+                f"{fmt.format(r[title]) if r.get(title) not in ('', None) else '-':>{width}}"
+                for title, width, fmt in columns
             )
         )
 

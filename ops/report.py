@@ -2,8 +2,9 @@
 
 Plots (matplotlib, through ``ops.charts``; one point per pass that has the figure, pass ids
 as tick labels): progressive AUC on a 0.5-1 axis with chance marked, against the stream's
-best reachable AUC where known; logloss and the counts (rows, table keys) from 0; COPC
-around its calibrated value 1, marked; freshness from 0 with its target, two windows (when
+best reachable AUC where known (a multi-task model: one plot per further task too);
+logloss and the counts (rows, table keys) from 0; COPC (every task's) around its calibrated
+value 1, marked; freshness from 0 with its target, two windows (when
 ``streamrec status`` calls a waiting pass stale), marked. Then the status table. Each
 point carries a ``<title>`` with the pass and the value, shown on hover.
 """
@@ -12,12 +13,12 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ops.charts import ReferenceLine, Series, YRange, line_chart
-from ops.status import PassRow
+from ops.status import PassRow, task_names
 
 FROM_ZERO = YRange(floor=0.0)
 X_LABEL = "pass (window start, UTC)"
@@ -44,8 +45,15 @@ class Plot:
     unit: str = ""
 
 
-def plots(freshness_target_seconds: float) -> tuple[Plot, ...]:
-    """The report's plots, in page order; freshness is drawn against its target."""
+def _task(name: str, figure: str) -> Callable[[PassRow], float | None]:
+    """Reads a further task's ``figure`` (auc, copc, best_auc) from a pass's row."""
+    return lambda r: ((r.tasks or {}).get(name) or {}).get(figure)
+
+
+def plots(freshness_target_seconds: float, tasks: Sequence[str] = ()) -> tuple[Plot, ...]:
+    """The report's plots, in page order; freshness is drawn against its target; each of
+    a multi-task model's further ``tasks`` gets its AUC plot and its COPC line."""
+    chance = (ReferenceLine(0.5, "chance (0.5)"),)
     return (
         Plot(
             "auc",
@@ -53,7 +61,21 @@ def plots(freshness_target_seconds: float) -> tuple[Plot, ...]:
             "AUC",
             (Metric("AUC", lambda r: r.auc), Metric("best reachable", lambda r: r.best_auc)),
             YRange(include=(1.0,)),  # chance to perfect: a 0.01 wobble is no swing
-            (ReferenceLine(0.5, "chance (0.5)"),),
+            chance,
+        ),
+        *(
+            Plot(
+                f"auc-{i}",
+                f"Progressive AUC of {name}",
+                "AUC",
+                (
+                    Metric(f"AUC {name}", _task(name, "auc")),
+                    Metric("best reachable", _task(name, "best_auc")),
+                ),
+                YRange(include=(1.0,)),
+                chance,
+            )
+            for i, name in enumerate(tasks)
         ),
         Plot(
             "logloss",
@@ -66,7 +88,10 @@ def plots(freshness_target_seconds: float) -> tuple[Plot, ...]:
             "copc",
             "COPC (clicks / predicted clicks)",
             "COPC",
-            (Metric("COPC", lambda r: r.copc),),
+            (
+                Metric("COPC", lambda r: r.copc),
+                *(Metric(f"COPC {name}", _task(name, "copc")) for name in tasks),
+            ),
             YRange(min_span=0.2),  # 0.98-1.02 stays near the line, not a swing
             (ReferenceLine(1.0, "calibrated (1)"),),
         ),
@@ -125,7 +150,8 @@ def render(
     freshness is drawn against ``freshness_target_seconds``."""
     when = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
     sections = "\n".join(
-        f"<section>{_chart(p, rows)}</section>" for p in plots(freshness_target_seconds)
+        f"<section>{_chart(p, rows)}</section>"
+        for p in plots(freshness_target_seconds, task_names(rows))
     )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -21,7 +21,7 @@ from typing import Any
 
 from ops.catchup import CAUGHT_UP_FIELD, SUPERSEDED_FIELD
 from serving_export.delivery import DELIVERED_FIELD, registry_for
-from streaming.synthetic import read_best_auc
+from streaming.synthetic import read_best_auc, read_best_task_auc
 from streamrec.config import PipelineConfig
 from streamrec.errors import ContractError
 from streamrec.passes import (
@@ -53,6 +53,8 @@ class PassRow:
     unmatched_labels: int | None = None  # ... whose impression was not pending
     waiting: int | None = None  # impressions of later windows waiting when it was cut
     labels: dict[str, dict[str, int]] | None = None  # label -> its counts (LabelCounts)
+    # a multi-task model's further tasks (and conditional ones): task -> auc, copc, best_auc
+    tasks: dict[str, dict[str, float | None]] | None = None
     dead_letters: int | None = None
     trained: bool = False
     auc: float | None = None
@@ -78,7 +80,11 @@ def _epoch(iso: str) -> float:
 
 
 def _row(
-    cfg: PipelineConfig, pass_id: str, status: dict[str, Any], best: dict[str, float]
+    cfg: PipelineConfig,
+    pass_id: str,
+    status: dict[str, Any],
+    best: dict[str, float],
+    best_tasks: dict[str, dict[str, float]],
 ) -> PassRow:
     fields: dict[str, Any] = {}
     directory = pass_dir(cfg.paths.data_root, pass_id)
@@ -113,6 +119,12 @@ def _row(
                 "save_kind": train.checkpoint.kind if train.checkpoint else None,
                 "table_keys": train.checkpoint.table_keys if train.checkpoint else None,
             }
+            if train.tasks:
+                known = best_tasks.get(pass_id, {})
+                fields["tasks"] = {
+                    name: {"auc": t.test.auc, "copc": t.test.copc, "best_auc": known.get(name)}
+                    for name, t in train.tasks.items()
+                }
             if "completed_at" in fields:
                 fields["latency_seconds"] = train.started_at - fields["completed_at"]
     end = window_ms(pass_id, cfg.passes.pass_minutes)[1] / 1000
@@ -159,8 +171,8 @@ def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None
     for pass_id in ids:
         pipe.hgetall(keys.pass_status(pass_id))
     statuses = [{k: json.loads(v) for k, v in raw.items()} for raw in pipe.execute()]
-    best = read_best_auc(cfg.paths.data_root)
-    rows = [_row(cfg, p, s, best) for p, s in zip(ids, statuses, strict=True)]
+    best, best_tasks = read_best_auc(cfg.paths.data_root), read_best_task_auc(cfg.paths.data_root)
+    rows = [_row(cfg, p, s, best, best_tasks) for p, s in zip(ids, statuses, strict=True)]
     rows = flag_held(rows, holds)
     return flag_untrained(rows, cfg.passes.pass_minutes, time.time() if now is None else now)
 
@@ -299,17 +311,31 @@ _COLUMNS = [  # (title, attribute, width, format)
 ]
 
 
+def task_names(rows: list[PassRow]) -> list[str]:
+    """The further tasks any of ``rows`` measured, in the order they first appear."""
+    return list(dict.fromkeys(name for r in rows for name in (r.tasks or {})))
+
+
 def format_table(rows: list[PassRow]) -> str:
-    """The rows as a fixed-width table, '-' where a stage has not reached the pass."""
+    """The rows as a fixed-width table, '-' where a stage has not reached the pass; a
+    multi-task model's further tasks get an AUC column each, after the main task's."""
+
+    def value_of(row: PassRow, attr: str) -> Any:
+        if attr.startswith("task:"):
+            return ((row.tasks or {}).get(attr[5:]) or {}).get("auc")
+        return getattr(row, attr)
 
     def cell(row: PassRow, attr: str, width: int, fmt: str) -> str:
-        value = getattr(row, attr)
+        value = value_of(row, attr)
         if not width:  # the flag, last and unpadded
             return str(value)
         text = "-" if value is None or value == "" else fmt.format(value)
         return f"{text:>{width}}" if width else text
 
-    header = " ".join(f"{title:>{width}}" for title, _, width, _ in _COLUMNS).rstrip()
+    at = next(i for i, c in enumerate(_COLUMNS) if c[1] == "best_auc") + 1
+    extra = [(f"AUC {t}", f"task:{t}", max(6, len(t) + 4), "{:.4f}") for t in task_names(rows)]
+    columns = [*_COLUMNS[:at], *extra, *_COLUMNS[at:]]
+    header = " ".join(f"{title:>{width}}" for title, _, width, _ in columns).rstrip()
     lines = [header, "-" * len(header)]
-    lines += [" ".join(cell(r, a, w, f) for _, a, w, f in _COLUMNS).rstrip() for r in rows]
+    lines += [" ".join(cell(r, a, w, f) for _, a, w, f in columns).rstrip() for r in rows]
     return "\n".join(lines)

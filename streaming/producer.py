@@ -165,9 +165,11 @@ def produce_synthetic(
             send_messages(producer, messages_for(cfg, batch))
     finally:
         producer.close()
+    done = list(batches.items())[:passes]
     record_best_auc(
         cfg.paths.data_root,
-        {p: best_auc(cfg, b) for p, b in list(batches.items())[:passes]},
+        {p: best_auc(cfg, b) for p, b in done},
+        {p: tasks for p, b in done if (tasks := b.best_task_aucs(cfg.labels))},
     )
     return batches
 
@@ -237,9 +239,11 @@ def produce_live(
                 p for p in windows if window_ms(p, cfg.passes.pass_minutes)[1] + label_ms < now_ms
             ]
             if closed:
+                ended = {p: _concat(windows.pop(p)) for p in closed}
                 record_best_auc(
                     cfg.paths.data_root,
-                    {p: best_auc(cfg, _concat(windows.pop(p))) for p in closed},
+                    {p: best_auc(cfg, b) for p, b in ended.items()},
+                    {p: t for p, b in ended.items() if (t := b.best_task_aucs(cfg.labels))},
                 )
             if progress_every_s and time.monotonic() >= next_report:
                 next_report += progress_every_s

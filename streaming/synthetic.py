@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from streamrec.atomic_fs import write_text_atomic
+from streamrec.auc import exact_auc
 from streamrec.config import LabelSpec, SchemaConfig, SyntheticConfig, label_column
 from streamrec.errors import ConfigError
 
@@ -72,6 +73,23 @@ class SyntheticBatch:
         times = np.array([e["event_time"] for e in self.events])
         happened = self.times_of(name)
         return ((happened >= 0) & (happened - times <= window_ms)).astype(np.int8)
+
+    def best_task_aucs(self, labels: Sequence[LabelSpec]) -> dict[str, float]:
+        """The best reachable AUC of each further task (a conversion label: on every
+        impression, and ``conversion|click`` on the clicked rows when it requires the
+        click), from the generating probabilities and the labels the builder writes."""
+        expected = self.expected_labels(labels)
+        best = {}
+        for label in labels[1:]:
+            if label.name != "conversion":
+                continue
+            joint = self.probabilities * self.conversion_probabilities
+            best[label.name] = exact_auc(joint, expected[label.name])
+            if label.requires == "click" and "click" in expected:
+                rows = expected["click"] == 1
+                conditional = self.conversion_probabilities[rows]
+                best[f"{label.name}|click"] = exact_auc(conditional, expected[label.name][rows])
+        return best
 
     def expected_labels(self, labels: Sequence[LabelSpec]) -> dict[str, np.ndarray]:
         """Each label (by name) as the pass builder writes it: within its window when
@@ -266,18 +284,34 @@ class SyntheticStream:
         return SyntheticBatch(events, probs, labels, click_times, conv_probs, conv_times)
 
 
-def best_auc_path(data_root: Path) -> Path:
-    """Where synthetic producers record each pass's best reachable AUC (for reports)."""
-    return Path(data_root) / "synthetic" / "best_auc.json"
+def best_auc_path(data_root: Path, tasks: bool = False) -> Path:
+    """Where synthetic producers record each pass's best reachable AUC (for reports): the
+    main task's, or (``tasks``) each further task's."""
+    name = "best_task_auc.json" if tasks else "best_auc.json"
+    return Path(data_root) / "synthetic" / name
 
 
 def read_best_auc(data_root: Path) -> dict[str, float]:
-    """Pass id -> best reachable AUC of the synthetic stream, where a producer recorded it."""
+    """Pass id -> best reachable AUC of the main task, where a producer recorded it."""
     path = best_auc_path(data_root)
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def record_best_auc(data_root: Path, best: dict[str, float]) -> None:
-    """Merge ``best`` (pass id -> AUC) into the record; one producer writes at a time."""
+def read_best_task_auc(data_root: Path) -> dict[str, dict[str, float]]:
+    """Pass id -> further task -> its best reachable AUC, where a producer recorded it."""
+    path = best_auc_path(data_root, tasks=True)
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def record_best_auc(
+    data_root: Path, best: dict[str, float], tasks: dict[str, dict[str, float]] | None = None
+) -> None:
+    """Merge ``best`` (pass id -> the main task's AUC) and ``tasks`` (pass id -> further
+    task -> AUC) into the records; one producer writes at a time."""
     merged = {**read_best_auc(data_root), **best}
     write_text_atomic(best_auc_path(data_root), json.dumps(merged, sort_keys=True))
+    if tasks:
+        merged_tasks = {**read_best_task_auc(data_root), **tasks}
+        write_text_atomic(
+            best_auc_path(data_root, tasks=True), json.dumps(merged_tasks, sort_keys=True)
+        )

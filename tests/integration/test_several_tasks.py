@@ -114,6 +114,15 @@ def test_each_task_learns_close_to_its_best_auc_and_serves_like_the_cluster(
         expected = cluster_task_scores(client, passes[-1], events)  # before training on it
         results.append(client.train(passes[-1]))
     _served_like_the_cluster(cfg, config, raw, results[-2], events, expected)
+    # streamrec status shows each task's figures beside the main task's, with its best AUC
+    status = subprocess.run(
+        [CLI, "status", "--config", str(config), "--json"], capture_output=True, timeout=120
+    )
+    rows = {r["pass_id"]: r for r in json.loads(status.stdout)["passes"]}
+    for pass_id, result in zip(passes, results, strict=True):
+        shown = rows[pass_id]["tasks"]["conversion"]
+        assert shown["auc"] == pytest.approx(result.tasks["conversion"].test.auc)
+        assert shown["best_auc"] == pytest.approx(_best(cfg, batches[pass_id])["conversion"])
     gaps: dict[str, list[float]] = {"click": [], "conversion": []}
     for result, batch in zip(results, batches.values(), strict=True):
         assert result.count_matches_manifest

@@ -152,3 +152,27 @@ def test_an_incomplete_pass_held_by_an_open_transaction_is_flagged_with_where() 
     flagged = flag_held(rows, [hold])
     assert flagged[0].flag == ""
     assert flagged[1].flag == "held: a transaction open on imp/1 at offset 42 since 00:10:00Z"
+
+
+def test_each_further_task_has_its_column_its_auc_plot_and_its_copc_line() -> None:
+    tasks = {"conversion": {"auc": 0.81, "copc": 0.97, "best_auc": 0.85}}
+    rows = [
+        _trained(f"2026010100{i:02d}", 0.7, tasks=tasks, freshness_seconds=30.0) for i in range(3)
+    ]  # and one trained before the second head: it has no figure for it
+    rows.append(_trained("202601010003", 0.7, freshness_seconds=30.0))
+    table = format_table(rows).splitlines()
+    titles = table[0].split()
+    assert titles[titles.index("best") + 1 : titles.index("best") + 3] == ["AUC", "conversion"]
+    assert "0.8100" in table[2] and table[-1].split().count("-") >= 1
+    parser = _Points()
+    parser.feed(render("demo", rows, "\n".join(table), TARGET))
+    drawn = plots(TARGET, ["conversion"])
+    assert [p.title for p in drawn][:2] == [
+        "Progressive AUC (before training on the pass)",
+        "Progressive AUC of conversion",
+    ]
+    assert len(parser.per_plot) == len(drawn)
+    conversion = parser.per_plot[1]
+    assert len(conversion["AUC conversion"]) == 3 and len(conversion["best reachable"]) == 3
+    copc = parser.per_plot[[p.key for p in drawn].index("copc")]
+    assert len(copc["COPC"]) == 4 and len(copc["COPC conversion"]) == 3
