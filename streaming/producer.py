@@ -399,12 +399,20 @@ def _live(cfg: PipelineConfig, rate: float, duration: float | None, stop: thread
 
 
 def _synthetic_messages(cfg: PipelineConfig, start: str, passes: int) -> Iterator[Message]:
-    for pass_id, batch in synthetic_passes(cfg, start, passes):
-        print(
-            f"pass {pass_id}: {len(batch.events)} impressions, best reachable AUC "
-            f"{best_auc(cfg, batch):.4f}",
-            file=sys.stderr,
-        )
+    """Each pass's messages; its best reachable AUCs are said and recorded (for status and
+    the report) as it is generated, the closing tail's not."""
+    for index, (pass_id, batch) in enumerate(synthetic_passes(cfg, start, passes)):
+        if index < passes:
+            best, tasks = best_auc(cfg, batch), batch.best_task_aucs(cfg.labels)
+            record_best_auc(
+                cfg.paths.data_root, {pass_id: best}, {pass_id: tasks} if tasks else None
+            )
+            said = "".join(f", {task} {auc:.4f}" for task, auc in tasks.items())
+            print(
+                f"pass {pass_id}: {len(batch.events)} impressions, best reachable AUC "
+                f"{best:.4f}{said}",
+                file=sys.stderr,
+            )
         yield from messages_for(cfg, batch)
 
 

@@ -36,6 +36,7 @@ from pass_rows import cluster_task_scores, pass_events
 from serve_process import Service
 
 from serving_export.delivery import evaluate
+from streaming.producer import synthetic_passes
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
 from trainers.metrics import exact_auc
@@ -82,10 +83,26 @@ def _config(services, root: Path, model: str) -> PipelineConfig:
 
 
 @pytest.fixture(scope="module")
-def stream(services, build_passes, tmp_path_factory: pytest.TempPathFactory):
-    """The two-label passes, built once; the config that built them and their batches."""
-    cfg = _config(services, tmp_path_factory.mktemp("tasks"), "model_esmm.yaml")
-    batches = build_passes(cfg, FIRST, PASSES)
+def stream(services, tmp_path_factory: pytest.TempPathFactory):
+    """The two-label passes, produced by ``streamrec produce`` (conversions on their own
+    topic after their clicks, some past their window) and cut by ``streamrec build-passes``;
+    the config that built them and their batches, redrawn from the same seed."""
+    root = tmp_path_factory.mktemp("tasks")
+    cfg = _config(services, root, "model_esmm.yaml")
+    config = dump_config(cfg, root / "stream.yaml")
+    last = list(dict(synthetic_passes(cfg, FIRST, PASSES)))[PASSES - 1]
+    for args in (
+        ["produce", "--synthetic", "--passes", str(PASSES), "--start", FIRST],
+        ["build-passes", "--until-pass", last],
+    ):
+        done = subprocess.run(
+            [CLI, args[0], "--config", str(config), *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    batches = dict(synthetic_passes(cfg, FIRST, PASSES))
     return cfg, {p: batches[p] for p in list(batches)[:PASSES]}
 
 
