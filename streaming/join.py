@@ -108,8 +108,8 @@ class PartitionJoin:
         self._held: dict[str, dict[str, _LabelEvent]] = {k: {} for k in self.labels}
         self._unmatched: dict[str, dict[str, _LabelEvent]] = {k: {} for k in self.labels}
         self.counters = JoinCounters()
-        self.used_offsets: dict[str, list[int]] = {}  # kind -> events that labelled the
-        # last closed window
+        # kind -> offsets of the label events that labelled the last closed window
+        self.used_offsets: dict[str, list[int]] = {}
         self.strays: list[Stray] = []  # new events to dead-letter, taken by the caller
 
     def is_replay(self, kind: str, offset: int) -> bool:
