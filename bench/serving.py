@@ -12,7 +12,10 @@ against a full version of the same model with over a million keys in its table.
    (events of the third pass, so lookups hit); then ``--clients`` clients send batch-1
    requests for ``--seconds``. Then once more in-process with the ONNX runtime. The
    baseline is the same Predictor called in-process (no HTTP, no JSON): the ratio says
-   what the service adds.
+   what the service adds. Then in-process again with ``serving.log_topic`` on (every
+   answered event logged to Kafka): its batch-1 p99 over the run without is what logging
+   costs a request, and the run's logged and unlogged counts say whether it kept up (a
+   ratio bought by dropping records would not be one).
 3. Overload (``measure_overload``), twice: with the config's ``serving.max_in_flight`` and
    with no bound (the baseline). The service gets its own cores and bench/loadgen.py the
    last one, so the load's CPU does not come out of the service's. Capacity is the best
@@ -24,8 +27,8 @@ against a full version of the same model with over a million keys in its table.
 
 Ends with ``RESULT p99_ms_batch1``, ``RESULT p99_ms_batch1_redis``,
 ``RESULT delta_over_full``, ``RESULT overload_goodput_ratio`` (answered 200 per second
-under the overload, over the capacity), ``RESULT overload_p99_ms_admitted`` and
-``RESULT overload_healthz_p99_ms``.
+under the overload, over the capacity), ``RESULT overload_p99_ms_admitted``,
+``RESULT overload_healthz_p99_ms`` and ``RESULT log_overhead_p99_ratio``.
 """
 
 from __future__ import annotations
@@ -249,9 +252,32 @@ def measure_service(
             "batch256": _percentiles(batch256),
             "throughput_rps": sum(counts) / seconds,
             "rss_mib": rss,
+            "log": _log_counts(service),
         }
     finally:
         service.stop()
+
+
+def _log_counts(service: Served, settle_s: float = 30) -> dict[str, float]:
+    """The served log's logged, unlogged and backlog counts (empty without a log), once its
+    backlog has drained (at most ``settle_s``)."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        metrics = {}
+        for line in service.get("/metrics").decode().splitlines():
+            name, _, value = line.partition(" ")
+            if name in LOG_METRICS:
+                metrics[LOG_METRICS[name]] = float(value)
+        if not metrics.get("backlog") or time.monotonic() > deadline:
+            return metrics
+        time.sleep(0.2)
+
+
+LOG_METRICS = {
+    "streamrec_serving_logged_total": "logged",
+    "streamrec_serving_unlogged_total": "unlogged",
+    "streamrec_serving_log_backlog": "backlog",
+}
 
 
 def measure_overload(
@@ -384,6 +410,8 @@ def main() -> int:
                 )
             cfg, version = run["cfg"], run["version"]
             events = _events(cfg, version)
+            logging_on = derived(cfg, "logging what it serves", serving={"log_topic": "served"})
+            logged_config = dump_config(logging_on, root / "logged.yaml")
             baseline = library_baseline(cfg, version, events, 1000)
             results = {
                 f"{store}/{runtime}": measure_service(
@@ -403,6 +431,17 @@ def main() -> int:
                     ("inprocess", "onnx"),
                 )
             }
+            results["inprocess/paddle+log"] = measure_service(
+                logged_config,
+                "inprocess",
+                "paddle",
+                version,
+                events,
+                args.requests,
+                args.clients,
+                args.seconds,
+                root,
+            )
             overload = {
                 name: measure_overload(run["config"], events[0], args.overload_seconds, bound, root)
                 for name, bound in (("bounded", None), ("unbounded", 10**6))
@@ -421,6 +460,11 @@ def main() -> int:
     print_overload(overload)
     ratio = delta["total_s"] / full["total_s"]
     print(f"\ndelta delivery {delta['total_s']:.3f} s vs full {full['total_s']:.3f} s")
+    log = results["inprocess/paddle+log"]["log"]
+    print(
+        f"served log: {log.get('logged', 0):.0f} events logged, {log.get('unlogged', 0):.0f} "
+        f"could not be, {log.get('backlog', 0):.0f} still queued"
+    )
     print(f"RESULT p99_ms_batch1 {results['inprocess/paddle']['batch1'][1]:.3f}")
     print(f"RESULT p99_ms_batch1_redis {results['redis/paddle']['batch1'][1]:.3f}")
     print(f"RESULT delta_over_full {ratio:.4f}")
@@ -430,6 +474,10 @@ def main() -> int:
     print(f"RESULT overload_goodput_ratio {worst['ok_per_s'] / bounded['peak']:.3f}")
     print(f"RESULT overload_p99_ms_admitted {admitted.get('p99', float('nan')):.2f}")
     print(f"RESULT overload_healthz_p99_ms {worst['probe_ms'].get('p99', float('nan')):.2f}")
+    logged_p99 = results["inprocess/paddle+log"]["batch1"][1]
+    print(
+        f"RESULT log_overhead_p99_ratio {logged_p99 / results['inprocess/paddle']['batch1'][1]:.3f}"
+    )
     return 0
 
 

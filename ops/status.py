@@ -239,9 +239,12 @@ def format_serving(summary: dict[str, Any]) -> str:
         + (f" (data {age:.0f} s old)" if age is not None else "")
     ]
     for replica in summary["replicas"]:
+        logged = ""
+        if replica.get("logged") is not None:  # a replica with a served log says how it goes
+            logged = f"; logged {replica['logged']}, could not log {replica['unlogged']}"
         lines.append(
             f"  {replica['replica']:<24} on {replica['host']:<12} serves "
-            f"{replica['version'] or 'nothing yet'}"
+            f"{replica['version'] or 'nothing yet'}{logged}"
         )
     return "\n".join(lines)
 

@@ -31,6 +31,8 @@ from serving_export.predictor import Predictor
 log = logging.getLogger(__name__)
 
 Parse = Callable[[bytes, Any], tuple[list[dict[str, Any]], list[Any]]]
+# told of every call's rows, event ids and scores ([tasks, rows]) once they are scored
+Scored = Callable[[Predictor, list[dict[str, Any]], list[Any], np.ndarray], None]
 
 
 @dataclass
@@ -56,8 +58,10 @@ class ScoreBatcher:
         max_requests: int,
         scoring_error: Callable[[Exception], BaseException],
         offload: bool = False,
+        scored: Scored | None = None,
     ) -> None:
         self._parse = parse
+        self._scored = scored
         self._offload = offload
         self._max_requests = max_requests
         self._scoring_error = scoring_error
@@ -133,4 +137,7 @@ class ScoreBatcher:
             for i, job_rows, ids in parsed:
                 outcomes[i] = (ids, scores[:, start : start + len(job_rows)].tolist())
                 start += len(job_rows)
+            if self._scored is not None and rows:
+                all_ids = [event_id for _, _, ids in parsed for event_id in ids]
+                self._scored(predictor, rows, all_ids, scores)
         return outcomes

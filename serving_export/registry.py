@@ -34,6 +34,8 @@ class ReplicaNote:
     version: str | None  # None until a version is loaded
     loaded_at: float | None  # epoch seconds of the last swap
     noted_at: float  # epoch seconds of this note
+    logged: int | None = None  # served events logged to Kafka (None: no served log)
+    unlogged: int | None = None  # ... and those that could not be
 
 
 class ModelRegistry:

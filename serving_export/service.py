@@ -43,10 +43,12 @@ import socket
 import sys
 import threading
 import time
+import uuid
 from collections import deque
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import redis
 from fastapi import Depends, FastAPI, Request
@@ -60,6 +62,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from serving_export.admission import AdmissionLimit
 from serving_export.artifact import version_dir
@@ -67,6 +71,7 @@ from serving_export.batcher import ScoreBatcher
 from serving_export.manifest import ArtifactManifest
 from serving_export.predictor import Predictor
 from serving_export.registry import ModelRegistry, ReplicaNote
+from serving_export.served_log import ServedLog, now_ms, served_records
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import scoring_row
@@ -126,6 +131,27 @@ class ServingMetrics:
         )
 
 
+class _LogCollector(Collector):
+    """The served log's counts, read when /metrics is scraped."""
+
+    def __init__(self, served_log: ServedLog) -> None:
+        self._log = served_log
+
+    def collect(self) -> Iterator[Metric]:
+        counts = self._log.counts()
+        yield CounterMetricFamily(
+            "streamrec_serving_logged", "Served events logged to Kafka.", value=counts.logged
+        )
+        yield CounterMetricFamily(
+            "streamrec_serving_unlogged",
+            "Served events not logged: no room while Kafka was slow or away, or refused.",
+            value=counts.unlogged,
+        )
+        yield GaugeMetricFamily(
+            "streamrec_serving_log_backlog", "Served events waiting to be logged.", counts.backlog
+        )
+
+
 def window_end(manifest: ArtifactManifest) -> float:
     """Epoch seconds of the event-time end of a version's pass."""
     return datetime.fromisoformat(manifest.freshness.window_end).timestamp()
@@ -158,9 +184,11 @@ class VersionFollower:
         metrics: ServingMetrics,
         cfg: ServingConfig,
         replica: str,
+        served_log: ServedLog | None = None,
     ) -> None:
         self._registry = registry
         self._replica = replica
+        self._served_log = served_log
         self._noted: ReplicaNote | None = None
         self._store = store
         self._state = state
@@ -233,7 +261,16 @@ class VersionFollower:
         if noted is not None and noted.version == version and now - noted.noted_at < ttl_s / 3:
             return
         loaded_at = swaps[-1][2] if swaps else None
-        note = ReplicaNote(self._replica, socket.gethostname(), version, loaded_at, now)
+        logged = self._served_log.counts() if self._served_log else None
+        note = ReplicaNote(
+            self._replica,
+            socket.gethostname(),
+            version,
+            loaded_at,
+            now,
+            logged.logged if logged else None,
+            logged.unlogged if logged else None,
+        )
         self._registry.note_replica(note, ttl_s)
         self._noted = note
 
@@ -278,8 +315,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def parse_request(body: bytes, schema: SchemaConfig, max_events: int) -> tuple[list, list]:
-    """Feature rows and event ids of a /predict body; RequestRejected with the reason."""
+def parse_request(
+    body: bytes, schema: SchemaConfig, max_events: int, assign_ids: bool = False
+) -> tuple[list, list]:
+    """Feature rows and event ids of a /predict body; RequestRejected with the reason.
+    ``assign_ids``: an event without a usable event_id gets a fresh one (the served log
+    keys every event by its id)."""
     try:
         payload = json.loads(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
@@ -296,7 +337,9 @@ def parse_request(body: bytes, schema: SchemaConfig, max_events: int) -> tuple[l
         except MalformedEvent as e:
             raise RequestRejected(422, e.reason, f"events[{i}]: {e.detail}") from None
         event_id = event.get("event_id")
-        ids.append(event_id if isinstance(event_id, str | int) else None)
+        if not isinstance(event_id, str | int):
+            event_id = uuid.uuid4().hex if assign_ids else None
+        ids.append(event_id)
     return rows, ids
 
 
@@ -327,17 +370,21 @@ def create_app(
     registry: ModelRegistry,
     store: InProcessStore | RedisStore,
     replica: str | None = None,
+    served_log: ServedLog | None = None,
 ) -> AdmissionLimit:
     """The service's ASGI app (the FastAPI app behind its admission bound); its lifespan
-    starts and stops the version follower and the scoring task.
-    ``replica`` names this service in the registry's notes (default: the host name)."""
+    starts and stops the version follower, the scoring task and the ``served_log``'s
+    writer. ``replica`` names this service in the registry's notes (default: the host
+    name)."""
     from contextlib import asynccontextmanager
 
     token = cfg.bearer_token()
     state = ServingState()
     metrics = ServingMetrics()
     replica = replica or socket.gethostname()
-    follower = VersionFollower(registry, store, state, metrics, cfg, replica)
+    follower = VersionFollower(registry, store, state, metrics, cfg, replica, served_log)
+    if served_log is not None:
+        metrics.registry.register(_LogCollector(served_log))
 
     def age() -> float:
         current = state.current
@@ -351,19 +398,39 @@ def create_app(
         return e
 
     def parse(body: bytes, schema: SchemaConfig) -> tuple[list, list]:
-        return parse_request(body, schema, cfg.max_events)
+        return parse_request(body, schema, cfg.max_events, served_log is not None)
+
+    def scored(predictor: Predictor, rows: list, ids: list, scores: Any) -> None:
+        assert served_log is not None
+        served_log.offer(
+            served_records(
+                predictor.schema,
+                rows,
+                ids,
+                predictor.version,
+                predictor.tasks,
+                scores.tolist(),
+                now_ms(),
+            )
+        )
 
     # Redis lookups wait on the network: scored off the loop, which keeps answering probes
     offload = cfg.sparse_store == "redis"
-    batcher = ScoreBatcher(parse, cfg.max_in_flight, scoring_error, offload)
+    batcher = ScoreBatcher(
+        parse, cfg.max_in_flight, scoring_error, offload, scored if served_log else None
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         follower.start()
+        if served_log is not None:
+            served_log.start()
         scoring = asyncio.create_task(batcher.run(), name="scoring")
         yield
         scoring.cancel()
         follower.stop()
+        if served_log is not None:
+            served_log.stop()
 
     def refused() -> None:
         metrics.overloaded.inc()
@@ -484,7 +551,14 @@ def _serve(args: argparse.Namespace) -> int:
     host = cfg.serving.host
     port = cfg.serving.port if args.port is None else args.port
     replica = f"{socket.gethostname()}:{port}"
-    app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica)
+    served_log = None
+    if (topic := cfg.serving.log_topic) is not None:
+        if cfg.kafka.bootstrap_servers == EMBEDDED:
+            raise ConfigError(
+                f"{args.config}: serving.log_topic needs a Kafka: set kafka.bootstrap_servers"
+            )
+        served_log = ServedLog.to_kafka(cfg.kafka, topic, cfg.serving.log_buffer_events)
+    app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica, served_log)
     log.info(
         "streamrec serve on %s:%d: model %s, %s sparse store",
         host,

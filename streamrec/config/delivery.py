@@ -77,6 +77,19 @@ class ServingConfig(_Strict):
     retry_after_seconds: int = Field(
         1, ge=1, description="The Retry-After of an 'overloaded' answer, in seconds."
     )
+    log_topic: str | None = Field(
+        None,
+        description="Kafka topic (on kafka.bootstrap_servers) where every event /predict "
+        "answers is logged with the features it was scored on, the version and its scores "
+        "(serving_export.served_log); an event without an event_id then gets one, returned. "
+        "Unset: nothing is logged.",
+    )
+    log_buffer_events: int = Field(
+        100_000,
+        ge=1,
+        description="Served records held while Kafka is slow or away; past it a record is "
+        "dropped and counted unlogged (a request never waits for Kafka).",
+    )
     bearer_token_env: str | None = Field(
         None,
         description="Environment variable holding a token: /predict and /version then need "

@@ -42,6 +42,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka import KafkaConsumer, TopicPartition
 from pass_rows import cluster_scores, pass_events
 from serve_process import STREAMREC, Service
 
@@ -53,6 +54,8 @@ from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
 from streaming.feature_signs import signs_of_values
 from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived, dump_config
+from streamrec.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
+from streamrec.local_ports import free_port
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster
 
@@ -582,3 +585,93 @@ def test_overload_gets_a_fast_503_with_its_reason_and_the_service_recovers(stack
         stop.set()
         shared.close()
         svc.stop()
+
+
+def _metric(service: Service, name: str) -> float:
+    text = service.client.get("/metrics").text
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name)))
+
+
+def _read_log(bootstrap: str, topic: str, partitions: int) -> list[dict[str, Any]]:
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
+    )
+    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+    records = [json.loads(m.value) for m in consumer]
+    consumer.close()
+    return records
+
+
+def test_served_events_are_logged_and_kafka_away_costs_no_answer(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """``serving.log_topic``: every answered event is a record on the topic with its
+    features as scored, its version and score; with the broker stopped every request is
+    still answered at once, what the bounded queue cannot hold is counted, and logging
+    goes on when the broker is back. The broker is the test's own, to stop and start."""
+    if not stack.trained:
+        stack.train_and_deliver(PASSES[0])
+    node = KafkaNode("127.0.0.1", (free_port(), free_port()))
+    logs = tmp_path / "kafka"
+    [broker] = start_kafka_cluster(logs, [node])
+    data = stack.cfg.model_dump(mode="json", by_alias=True)
+    data["kafka"] |= {"bootstrap_servers": node.address, "partitions": 1}
+    data["serving"] |= {"log_topic": "served", "log_buffer_events": 300}
+    config = dump_config(PipelineConfig.model_validate(data), tmp_path / "logged.yaml")
+    events = [{k: v for k, v in e.items() if k != "event_id"} for e in stack.pass_events(PASSES[1])]
+    service = Service(config, "inprocess", tmp_path / "serve.log")
+    try:
+        service.wait_for(stack.trained[-1])
+        first = service.client.post("/predict", json={"events": events[:100]}).json()
+        assert all(isinstance(i, str) and len(i) == 32 for i in first["event_ids"])  # assigned
+        deadline = time.monotonic() + 30
+        while _metric(service, "streamrec_serving_logged_total") < 100:
+            assert time.monotonic() < deadline, "nothing was logged"
+            time.sleep(0.1)
+        records = _read_log(node.address, "served", 1)
+        assert [r["event_id"] for r in records] == first["event_ids"]
+        assert [r["served"]["p"]["click"] for r in records] == pytest.approx(first["p_click"])
+        assert {r["served"]["version"] for r in records} == {first["version"]}
+        assert records[0]["dense"] == {
+            d.name: float(events[0]["dense"][d.name]) for d in stack.cfg.feature_schema.dense
+        }
+
+        broker.stop()  # Kafka away: answers as before, the queue fills, the rest is counted
+        started = time.monotonic()
+        for i in range(100, 900, 100):
+            r = service.client.post("/predict", json={"events": events[i : i + 100]})
+            assert r.status_code == 200
+        assert time.monotonic() - started < 10  # no request waited on Kafka
+        time.sleep(1.0)
+        unlogged = _metric(service, "streamrec_serving_unlogged_total")
+        backlog = _metric(service, "streamrec_serving_log_backlog")
+        assert unlogged == 800 - backlog and backlog == 300, (unlogged, backlog)
+
+        broker = restart_kafka_node(logs, 1, [node])  # back: the queue drains, logging goes on
+        service.client.post("/predict", json={"events": events[900:1000]})
+        deadline = time.monotonic() + 60
+        while _metric(service, "streamrec_serving_log_backlog") > 0:
+            assert time.monotonic() < deadline, "the queue did not drain"
+            time.sleep(0.2)
+        logged = _metric(service, "streamrec_serving_logged_total")
+        unlogged = _metric(service, "streamrec_serving_unlogged_total")
+        records = _read_log(node.address, "served", 1)
+        # every answered event is logged once or counted; some of the queue's came through
+        assert logged + unlogged == 1000 and len({r["event_id"] for r in records}) == logged
+        assert len(records) == logged and logged > 100 + 100
+        # streamrec status tells the same of this replica (its note is renewed every ~3 s)
+        deadline = time.monotonic() + 15
+        while True:
+            status = subprocess.run(
+                [STREAMREC, "status", "--config", str(config), "--json"],
+                capture_output=True,
+                text=True,
+            )
+            replicas = json.loads(status.stdout)["serving"]["replicas"]
+            if any(r.get("unlogged") == unlogged for r in replicas):
+                break
+            assert time.monotonic() < deadline, replicas
+            time.sleep(0.5)
+    finally:
+        service.stop()
+        broker.stop()
