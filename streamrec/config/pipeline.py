@@ -75,6 +75,18 @@ class PipelineConfig(_Strict):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _served_impressions_carry_no_labels(self) -> PipelineConfig:
+        carried = [x.name for x in self.labels if x.source == "impression"]
+        if self.kafka.impressions_topic == self.serving.log_topic and carried:
+            raise ValueError(
+                f"kafka.impressions_topic is serving.log_topic ({self.serving.log_topic}): "
+                "passes are cut from what was served, which carries no label; join "
+                f"{carried} from their own topics (join.mode: click_join, or schema.labels "
+                "with source: topic)"
+            )
+        return self
+
     @property
     def labels(self) -> list[LabelSpec]:
         """The labels each row carries: ``schema.labels``, or in ``click_join`` mode the

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
@@ -53,9 +55,12 @@ from serving_export.manifest import ArtifactManifest
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import LayerMissing, RedisStore
 from streaming.feature_signs import signs_of_values
+from streaming.producer import make_producer
+from streaming.topics import ensure_topic
 from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived, dump_config
 from streamrec.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
 from streamrec.local_ports import free_port
+from streamrec.passes import compose_pass_id, pass_dir, read_manifest
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster
 
@@ -675,3 +680,84 @@ def test_served_events_are_logged_and_kafka_away_costs_no_answer(
     finally:
         service.stop()
         broker.stop()
+
+
+def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_path: Path) -> None:
+    """``kafka.impressions_topic`` set to ``serving.log_topic``: the passes are cut from
+    what ``streamrec serve`` scored, clicks joined to it by event id, so a producer's own
+    copy of an impression with other features never reaches training."""
+    if not stack.trained:
+        stack.train_and_deliver(PASSES[0])
+    suffix = uuid.uuid4().hex[:8]
+    served_topic, clicks_topic = f"served-{suffix}", f"served-clicks-{suffix}"
+    data = stack.cfg.model_dump(mode="json", by_alias=True)
+    data["kafka"]["impressions_topic"] = served_topic
+    data["join"] |= {"mode": "click_join", "clicks_topic": clicks_topic, "label_window_seconds": 5}
+    data["serving"]["log_topic"] = served_topic
+    data["passes"] |= {
+        "pass_minutes": 1,
+        "allowed_lateness_seconds": 1,
+        "idle_partition_seconds": 2,
+    }
+    data["paths"]["data_root"] = str(tmp_path / "served-data")
+    cfg = PipelineConfig.model_validate(data)
+    config = dump_config(cfg, tmp_path / "served.yaml")
+    events = stack.pass_events(PASSES[1])[:200]
+    ids = [f"srv-{suffix}-{i}" for i in range(len(events))]
+    service = Service(config, "inprocess", tmp_path / "serve.log")
+    try:
+        service.wait_for(stack.trained[-1])
+        body = {"events": [{**e, "event_id": i} for e, i in zip(events, ids, strict=True)]}
+        answer = service.client.post("/predict", json=body).json()
+        deadline = time.monotonic() + 30
+        while _metric(service, "streamrec_serving_logged_total") < len(ids):
+            assert time.monotonic() < deadline, "the served events were not logged"
+            time.sleep(0.1)
+    finally:
+        service.stop()
+    served = _read_log(cfg.kafka.bootstrap_servers, served_topic, cfg.kafka.partitions)
+    ensure_topic(cfg.kafka, clicks_topic, cfg.kafka.partitions)  # as the served log's
+    producer = make_producer(cfg.kafka)
+    clicked = set(ids[::3])
+    now = int(time.time() * 1000)
+    for event_id in sorted(clicked):
+        producer.send(
+            clicks_topic,
+            key=event_id.encode(),
+            value=json.dumps({"event_id": event_id, "click_time": now}).encode(),
+        )
+    # a producer's own copy of each impression, other features, on the topic it used before
+    for event_id in ids:
+        rogue = {"event_id": event_id, "event_time": now, "sparse": {"user_id": "rogue"}}
+        producer.send(
+            stack.cfg.kafka.impressions_topic,
+            key=event_id.encode(),
+            value=json.dumps(rogue).encode(),
+        )
+    # a later impression moves the event time on, so the served minute closes now
+    tick = {"event_id": f"tick-{suffix}", "event_time": now + 120_000, "sparse": {}}
+    producer.send(served_topic, key=b"tick", value=json.dumps(tick).encode())
+    producer.flush()
+    producer.close()
+    windows = sorted({compose_pass_id(r["event_time"], 1) for r in served})
+    done = subprocess.run(
+        [STREAMREC, "build-passes", "--config", str(config), "--until-pass", windows[-1]],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {}
+    for pass_id in windows:
+        directory = pass_dir(cfg.paths.data_root, pass_id)
+        for part in read_manifest(directory).parts:
+            for row in pq.read_table(directory / part.file).to_pylist():
+                assert row["event_id"] not in rows
+                rows[row["event_id"]] = row
+    assert set(rows) == set(ids) == set(answer["event_ids"])
+    by_id = {r["event_id"]: r for r in served}
+    for event_id, row in rows.items():
+        assert row["label"] == (event_id in clicked)
+        sparse = by_id[event_id]["sparse"]
+        assert {s.name: row[s.name] for s in cfg.feature_schema.sparse} == sparse
+        assert row["user_id"] != "rogue"

@@ -321,3 +321,15 @@ def test_gate_bounds_name_tasks_of_the_labels(shipped_config) -> None:
     assert cfg.gate.tasks["conversion"].min_auc == 0.7
     with pytest.raises(ConfigError, match=r"gate\.tasks\.purchase: name a label"):
         derived(cfg, "a gate on no label", gate={"tasks": {"purchase": {}}})
+
+
+def test_passes_cut_from_the_served_log_take_every_label_from_a_topic(shipped_config) -> None:
+    served = derived(
+        shipped_config,
+        "training from what was served",
+        kafka={"impressions_topic": "served"},
+        serving={"log_topic": "served"},
+    )
+    assert served.join.mode == "click_join"  # the clicks come from their topic: fine
+    with pytest.raises(ConfigError, match=r"carries no label; join \['click'\]"):
+        derived(served, "labels in the impression", join={"mode": "label_in_impression"})
