@@ -121,7 +121,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(DEFAULT_TIMEOUT[integration]))
         group = worker_group(item.nodeid)
-        cost[group] = cost.get(group, 0) + item.get_closest_marker("timeout").args[0]
+        # an integration test's timeout bounds what it takes; a unit test takes a second or
+        # so whatever its timeout, and many of them must not rank a module above a long one
+        seconds = item.get_closest_marker("timeout").args[0] if integration else 1
+        cost[group] = cost.get(group, 0) + seconds
     items.sort(key=lambda item: -cost[worker_group(item.nodeid)])  # stable: groups stay whole
 
 

@@ -626,7 +626,7 @@ def test_served_events_are_logged_and_kafka_away_costs_no_answer(
     events = [{k: v for k, v in e.items() if k != "event_id"} for e in stack.pass_events(PASSES[1])]
     service = Service(config, "inprocess", tmp_path / "serve.log")
     try:
-        service.wait_for(stack.trained[-1])
+        service.wait_for(delivery.registry_for(stack.cfg).serving_version())
         first = service.client.post("/predict", json={"events": events[:100]}).json()
         assert all(isinstance(i, str) and len(i) == 32 for i in first["event_ids"])  # assigned
         deadline = time.monotonic() + 30
@@ -706,7 +706,7 @@ def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_
     ids = [f"srv-{suffix}-{i}" for i in range(len(events))]
     service = Service(config, "inprocess", tmp_path / "serve.log")
     try:
-        service.wait_for(stack.trained[-1])
+        service.wait_for(delivery.registry_for(stack.cfg).serving_version())
         body = {"events": [{**e, "event_id": i} for e, i in zip(events, ids, strict=True)]}
         answer = service.client.post("/predict", json=body).json()
         deadline = time.monotonic() + 30

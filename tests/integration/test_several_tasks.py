@@ -42,7 +42,7 @@ from streamrec.config.cluster import PathConfig
 from trainers.metrics import exact_auc
 from trainers.results import TrainResult
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversions"
 CLI = str(Path(sys.executable).with_name("streamrec"))

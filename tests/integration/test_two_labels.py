@@ -29,7 +29,7 @@ from streamrec.config import PipelineConfig, derived, dump_config, load_config, 
 from streamrec.config.cluster import PathConfig
 from streamrec.passes import complete_passes, next_pass_id, pass_dir, read_manifest, slices_root
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversions" / "pipeline.yaml"
 CLI = str(Path(sys.executable).with_name("streamrec"))
