@@ -413,9 +413,15 @@ def main() -> int:
             logging_on = derived(cfg, "logging what it serves", serving={"log_topic": "served"})
             logged_config = dump_config(logging_on, root / "logged.yaml")
             baseline = library_baseline(cfg, version, events, 1000)
+            runs = {  # name -> (config, store, runtime)
+                "inprocess/paddle": (run["config"], "inprocess", "paddle"),
+                "redis/paddle": (run["config"], "redis", "paddle"),
+                "inprocess/onnx": (run["config"], "inprocess", "onnx"),
+                "inprocess/paddle+log": (logged_config, "inprocess", "paddle"),
+            }
             results = {
-                f"{store}/{runtime}": measure_service(
-                    run["config"],
+                name: measure_service(
+                    config,
                     store,
                     runtime,
                     version,
@@ -425,23 +431,8 @@ def main() -> int:
                     args.seconds,
                     root,
                 )
-                for store, runtime in (
-                    ("inprocess", "paddle"),
-                    ("redis", "paddle"),
-                    ("inprocess", "onnx"),
-                )
+                for name, (config, store, runtime) in runs.items()
             }
-            results["inprocess/paddle+log"] = measure_service(
-                logged_config,
-                "inprocess",
-                "paddle",
-                version,
-                events,
-                args.requests,
-                args.clients,
-                args.seconds,
-                root,
-            )
             overload = {
                 name: measure_overload(run["config"], events[0], args.overload_seconds, bound, root)
                 for name, bound in (("bounded", None), ("unbounded", 10**6))

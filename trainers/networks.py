@@ -70,7 +70,8 @@ def _first_order(vectors: list[Tensor], dense: Tensor | None) -> Tensor:
     return logit
 
 
-def _with_dense(features: list[Tensor], dense: Tensor | None) -> list[Tensor]:
+def with_dense(features: list[Tensor], dense: Tensor | None) -> list[Tensor]:
+    """``features`` and the dense vector after them, when the schema has one."""
     return features + ([dense] if dense is not None else [])
 
 
@@ -85,7 +86,7 @@ class CtrDnn:
     def logit(self, inputs: NetworkInputs) -> Tensor:
         import paddle
 
-        features = _with_dense(slot_vectors(inputs), inputs.dense)
+        features = with_dense(slot_vectors(inputs), inputs.dense)
         return mlp(paddle.concat(features, axis=1), self.params.fc_sizes, "dnn")
 
 
@@ -103,7 +104,7 @@ class WideDeep:
         import paddle
 
         vectors = slot_vectors(inputs)
-        deep_in = _with_dense([v[:, 1:] for v in vectors], inputs.dense)
+        deep_in = with_dense([v[:, 1:] for v in vectors], inputs.dense)
         deep = mlp(paddle.concat(deep_in, axis=1), self.params.fc_sizes, "deep")
         return _first_order(vectors, inputs.dense) + deep
 
@@ -133,6 +134,6 @@ class DeepFM:
         summed_square = paddle.square(paddle.sum(stacked, axis=1))
         square_summed = paddle.sum(paddle.square(stacked), axis=1)
         fm = 0.5 * paddle.sum(summed_square - square_summed, axis=1, keepdim=True)
-        deep_in = _with_dense(factors, inputs.dense)
+        deep_in = with_dense(factors, inputs.dense)
         deep = mlp(paddle.concat(deep_in, axis=1), self.params.fc_sizes, "deep")
         return _first_order(vectors, inputs.dense) + fm + deep

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamrec.network import NetworkInputs
-from trainers.networks import mlp, slot_vectors
+from trainers.networks import mlp, slot_vectors, with_dense
 
 # p(click and conversion) stays below 1 - 1e-6, so its logit stays finite
 _LOG_P_MAX = math.log1p(-1e-6)
@@ -42,7 +42,7 @@ class Esmm:
         import paddle
 
         p = self.params
-        features = slot_vectors(inputs) + ([inputs.dense] if inputs.dense is not None else [])
+        features = with_dense(slot_vectors(inputs), inputs.dense)
         x = paddle.concat(features, axis=1)
         ctr = mlp(x, p.fc_sizes, "esmm.ctr")
         cvr = mlp(x, p.fc_sizes, "esmm.cvr")

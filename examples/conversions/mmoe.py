@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamrec.network import NetworkInputs
-from trainers.networks import mlp, slot_vectors
+from trainers.networks import mlp, slot_vectors, with_dense
 
 
 class Mmoe:
@@ -37,7 +37,7 @@ class Mmoe:
         import paddle
 
         p = self.params
-        features = slot_vectors(inputs) + ([inputs.dense] if inputs.dense is not None else [])
+        features = with_dense(slot_vectors(inputs), inputs.dense)
         x = paddle.concat(features, axis=1)
         experts = paddle.stack(
             [
