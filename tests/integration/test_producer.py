@@ -9,19 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from kafka import KafkaConsumer, TopicPartition
+from topic_reads import read_topic
 
 from streamrec.config import dump_config
-
-
-def _read_all(bootstrap: str, topic: str, partitions: int) -> list[dict]:
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
-    )
-    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-    events = [json.loads(m.value) for m in consumer]
-    consumer.close()
-    return events
 
 
 def test_produce_from_file_and_synthetic(make_config, tmp_path: Path) -> None:
@@ -37,7 +27,7 @@ def test_produce_from_file_and_synthetic(make_config, tmp_path: Path) -> None:
         [*run, "--file", str(tmp_path / "events.jsonl")], check=True, capture_output=True
     )
     subprocess.run([*run, "--synthetic", "--passes", "2"], check=True, capture_output=True)
-    events = _read_all(
+    events = read_topic(
         cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions
     )
     ids = [e["event_id"] for e in events]
@@ -66,10 +56,10 @@ def test_live_stream_is_timed_now_and_stops_on_sigterm(make_config, tmp_path: Pa
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0, proc.stderr.read()[-2000:]
     stopped_ms = time.time() * 1000
-    impressions = _read_all(
+    impressions = read_topic(
         cfg.kafka.bootstrap_servers, cfg.kafka.impressions_topic, cfg.kafka.partitions
     )
-    clicks = _read_all(cfg.kafka.bootstrap_servers, cfg.join.clicks_topic, cfg.kafka.partitions)
+    clicks = read_topic(cfg.kafka.bootstrap_servers, cfg.join.clicks_topic, cfg.kafka.partitions)
     assert len(impressions) > 200  # ~200/s for a few seconds, after the topics exist
     assert all(started_ms <= e["event_time"] <= stopped_ms for e in impressions)
     assert all("label" not in e for e in impressions)  # click_join: labels come from clicks

@@ -44,9 +44,9 @@ import pytest
 import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka import KafkaConsumer, TopicPartition
 from pass_rows import cluster_scores, pass_events
 from serve_process import STREAMREC, Service
+from topic_reads import read_topic
 
 from ops.pass_sequence import run_pass
 from serving_export import delivery
@@ -597,16 +597,6 @@ def _metric(service: Service, name: str) -> float:
     return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name)))
 
 
-def _read_log(bootstrap: str, topic: str, partitions: int) -> list[dict[str, Any]]:
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
-    )
-    consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
-    records = [json.loads(m.value) for m in consumer]
-    consumer.close()
-    return records
-
-
 def test_served_events_are_logged_and_kafka_away_costs_no_answer(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -633,7 +623,7 @@ def test_served_events_are_logged_and_kafka_away_costs_no_answer(
         while _metric(service, "streamrec_serving_logged_total") < 100:
             assert time.monotonic() < deadline, "nothing was logged"
             time.sleep(0.1)
-        records = _read_log(node.address, "served", 1)
+        records = read_topic(node.address, "served", 1)
         assert [r["event_id"] for r in records] == first["event_ids"]
         assert [r["served"]["p"]["click"] for r in records] == pytest.approx(first["p_click"])
         assert {r["served"]["version"] for r in records} == {first["version"]}
@@ -660,7 +650,7 @@ def test_served_events_are_logged_and_kafka_away_costs_no_answer(
             time.sleep(0.2)
         logged = _metric(service, "streamrec_serving_logged_total")
         unlogged = _metric(service, "streamrec_serving_unlogged_total")
-        records = _read_log(node.address, "served", 1)
+        records = read_topic(node.address, "served", 1)
         # every answered event is logged once or counted; some of the queue's came through
         assert logged + unlogged == 1000 and len({r["event_id"] for r in records}) == logged
         assert len(records) == logged and logged > 100 + 100
@@ -715,7 +705,7 @@ def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_
             time.sleep(0.1)
     finally:
         service.stop()
-    served = _read_log(cfg.kafka.bootstrap_servers, served_topic, cfg.kafka.partitions)
+    served = read_topic(cfg.kafka.bootstrap_servers, served_topic, cfg.kafka.partitions)
     ensure_topic(cfg.kafka, clicks_topic, cfg.kafka.partitions)  # as the served log's
     producer = make_producer(cfg.kafka)
     clicked = set(ids[::3])
