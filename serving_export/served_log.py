@@ -7,12 +7,14 @@ scored, defaults filled in) with what served it (``served``: the version, each t
 probability, the time in ms). So the served log can itself be the impressions a pass is
 cut from: what trains is what served.
 
-Requests only append their records to a bounded queue (``serving.log_buffer_events``); a
-thread of its own hands them to a Kafka producer in batches. A record the queue has no room
-for (Kafka slow or away for long) or that Kafka refused is counted as unlogged, never
-waited for: a request is answered whatever Kafka does. While Kafka is away the queue holds
-what it can and the thread retries; when Kafka is back it drains the queue and logging goes
-on. Every record offered is logged or counted (``logged + unlogged + backlog``).
+Records go to librdkafka (``confluent_kafka``), which batches and sends them from threads
+of its own, outside Python: a request only serializes its records and appends them to
+librdkafka's bounded queue (``serving.log_buffer_events``), which takes microseconds and
+never waits. A record the queue has no room for (Kafka slow or away for long), that Kafka
+has not taken within ``TIMEOUT_MS`` or that it refused is counted as unlogged: a request is
+answered whatever Kafka does. When Kafka is back, the queue drains and logging goes on.
+Every record offered is logged or counted (``logged + unlogged + backlog``). A thread of
+ours only waits for librdkafka's delivery reports and counts them (and makes the topic).
 """
 
 from __future__ import annotations
@@ -21,19 +23,35 @@ import json
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from kafka import KafkaProducer
+from typing import Any, Protocol
 
 from streamrec.config import KafkaConfig, SchemaConfig
 
 log = logging.getLogger(__name__)
 
-BATCH = 500  # records handed to the producer between two checks of its progress
-RETRY_SECONDS = 1.0  # pause after Kafka refused a batch or could not be reached
+TIMEOUT_MS = 60_000  # a record Kafka has not taken within a minute is counted unlogged
+RETRY_SECONDS = 1.0  # pause before making the topic again when Kafka could not be reached
+WARN_EVERY_S = 10.0  # at most one warning this often about records Kafka did not take
+
+
+class Producer(Protocol):
+    """The part of ``confluent_kafka.Producer`` the log uses."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        on_delivery: Callable[[Any, Any], None],  # (KafkaError or None, the message)
+    ) -> None: ...
+
+    def poll(self, timeout: float) -> int: ...
+
+    def flush(self, timeout: float) -> int: ...
+
+    def purge(self) -> None: ...
 
 
 @dataclass
@@ -41,8 +59,8 @@ class LogCounts:
     """What became of the records offered."""
 
     logged: int = 0  # acknowledged by Kafka
-    unlogged: int = 0  # dropped: no room in the queue, or refused by Kafka
-    backlog: int = 0  # waiting to be logged now (queued, or being handed to Kafka)
+    unlogged: int = 0  # dropped: no room in the queue, not taken in time, or refused
+    backlog: int = 0  # in the producer's queue, or sent and not yet acknowledged
 
 
 def served_records(
@@ -77,141 +95,123 @@ def served_records(
 
 
 class ServedLog:
-    """A bounded queue of served records and the thread that writes them to ``topic``."""
+    """Served records handed to a librdkafka producer bound to ``capacity`` records, and
+    the thread that counts its delivery reports."""
 
     def __init__(
         self,
         topic: str,
-        capacity: int,
-        producer_factory: Callable[[], KafkaProducer],
+        producer: Producer,
         ensure_topic: Callable[[], None] = lambda: None,
     ) -> None:
         self.topic = topic
+        self._producer = producer
         self._ensure_topic = ensure_topic
-        self._queue: deque[tuple[str, dict[str, Any]]] = deque()
-        self._capacity = capacity
-        self._factory = producer_factory
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._stop = threading.Event()
         self._counts = LogCounts()
-        self._in_flight = 0  # records taken by the writer and not yet settled
+        self._warned_at = 0.0
         self._thread = threading.Thread(target=self._run, name="served-log", daemon=True)
 
     @classmethod
     def to_kafka(cls, kafka: KafkaConfig, topic: str, capacity: int) -> ServedLog:
-        """A log to ``topic`` on the pipeline's Kafka, with its producers' settings."""
-        from streaming.kafka_clients import producer_settings
+        """A log to ``topic`` on the pipeline's Kafka, made if missing."""
         from streaming.topics import ensure_topic
 
-        def producer() -> KafkaProducer:
-            # acks=1 and no idempotence: a served log is at least once anyway (a retry after
-            # a lost answer writes twice) and the builder drops a repeated event id; a
-            # record Kafka has not taken within seconds is counted, not waited for
-            settings = {**producer_settings(kafka), "acks": 1, "enable_idempotence": False}
-            return KafkaProducer(
-                **settings, linger_ms=20, max_block_ms=2000, retries=2, request_timeout_ms=5000
-            )
-
-        return cls(topic, capacity, producer, lambda: ensure_topic(kafka, topic, kafka.partitions))
+        producer = librdkafka_producer(kafka, capacity)
+        return cls(topic, producer, lambda: ensure_topic(kafka, topic, kafka.partitions))
 
     def offer(self, records: list[tuple[str, dict[str, Any]]]) -> None:
-        """Queue ``records`` to be logged; those past the capacity are counted unlogged.
+        """Hand ``records`` to the producer; those it has no room for are counted unlogged.
         Never blocks on Kafka."""
-        with self._lock:
-            room = self._capacity - len(self._queue) - self._in_flight
-            taken = records[: max(room, 0)]
-            self._queue.extend(taken)
-            self._counts.unlogged += len(records) - len(taken)
-        if taken:
-            self._wake.set()
+        with self._lock:  # counted before produce: its report may come at once
+            self._counts.backlog += len(records)
+        dropped = 0
+        for key, record in records:
+            try:
+                self._producer.produce(
+                    self.topic,
+                    value=json.dumps(record).encode(),
+                    key=key.encode(),
+                    on_delivery=self._delivered,
+                )
+            except BufferError:  # librdkafka's queue is full: Kafka slow or away
+                dropped += 1
+        if dropped:
+            with self._lock:
+                self._counts.unlogged += dropped
+                self._counts.backlog -= dropped
 
     def counts(self) -> LogCounts:
         """What became of the records offered so far."""
         with self._lock:
             c = self._counts
-            return LogCounts(c.logged, c.unlogged, len(self._queue) + self._in_flight)
+            return LogCounts(c.logged, c.unlogged, c.backlog)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self, timeout_s: float = 10) -> None:
-        """Stop after writing what is queued, for at most ``timeout_s``."""
+        """Stop after writing what is queued, for at most ``timeout_s``; what is left then
+        is counted unlogged."""
         self._stop.set()
-        self._wake.set()
-        self._thread.join(timeout=timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout=timeout_s)
+        if self._producer.flush(timeout_s):
+            left = self.counts().backlog
+            log.warning("served log: stopping with Kafka away; %d records unlogged", left)
+            self._producer.purge()
+            self._producer.flush(1)  # the purged records' reports: each counted unlogged
 
-    def _take(self) -> list[tuple[str, dict[str, Any]]]:
+    def _delivered(self, error: Any, _message: Any) -> None:
         with self._lock:
-            batch = [self._queue.popleft() for _ in range(min(BATCH, len(self._queue)))]
-            self._in_flight = len(batch)
-            return batch
-
-    def _put_back(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
-        """Return a batch Kafka never took to the queue's front (its room was kept)."""
-        with self._lock:
-            self._queue.extendleft(reversed(batch))
-            self._in_flight = 0
-
-    def _give_up(self) -> None:
-        with self._lock:
-            left = len(self._queue)
-            self._counts.unlogged += left
-            self._queue.clear()
-        log.warning("served log: stopping with Kafka away; %d records unlogged", left)
-
-    def _done(self, logged: int, refused: int) -> None:
-        with self._lock:
-            self._counts.logged += logged
-            self._counts.unlogged += refused
-            self._in_flight = 0
+            self._counts.backlog -= 1
+            if error is None:
+                self._counts.logged += 1
+                return
+            self._counts.unlogged += 1
+        now = time.monotonic()
+        if now - self._warned_at > WARN_EVERY_S:
+            self._warned_at = now
+            log.warning("served log: Kafka did not take a record (%s); counted", error)
 
     def _run(self) -> None:
-        producer: KafkaProducer | None = None
-        while True:
-            batch = self._take()
-            if not batch:
-                if self._stop.is_set():
-                    break
-                self._wake.wait(0.5)
-                self._wake.clear()
-                continue
+        while not self._stop.is_set():
             try:
-                if producer is None:
-                    self._ensure_topic()
-                    producer = self._factory()
-                futures = [
-                    producer.send(self.topic, key=key.encode(), value=json.dumps(record).encode())
-                    for key, record in batch
-                ]
-            except Exception as e:  # Kafka away: nothing of this batch was taken; retry it
-                self._put_back(batch)
-                producer = _closed(producer)
-                if self._stop.is_set():  # stopping with Kafka away: what is left is unlogged
-                    self._give_up()
-                    break
-                log.warning("served log: Kafka is unreachable (%s); retrying", e)
+                self._ensure_topic()
+                break
+            except Exception as e:  # Kafka away: records wait in librdkafka's queue meanwhile
+                log.warning("served log: cannot make topic %s (%s); retrying", self.topic, e)
                 self._stop.wait(RETRY_SECONDS)
-                continue
-            producer.flush()
-            refused = sum(1 for f in futures if f.failed())
-            self._done(len(futures) - refused, refused)
-            if refused:
-                log.warning("served log: Kafka refused %d records; counted unlogged", refused)
-                producer = _closed(producer)
-                self._stop.wait(RETRY_SECONDS)
-        if producer is not None:
-            producer.close(timeout=5)
+        while not self._stop.is_set():
+            self._producer.poll(0.2)  # waits outside the GIL; runs the delivery reports
 
 
-def _closed(producer: KafkaProducer | None) -> None:
-    """Close a producer that failed (a new one reconnects from scratch); None."""
-    if producer is not None:
-        try:
-            producer.close(timeout=0)
-        except Exception:  # closing a broken client: nothing left to save
-            log.debug("closing the served log's producer failed", exc_info=True)
-    return None
+def librdkafka_producer(
+    kafka: KafkaConfig, capacity: int, timeout_ms: int = TIMEOUT_MS
+) -> Producer:
+    """A librdkafka producer with the pipeline's connection settings that holds at most
+    ``capacity`` records and gives up on a record Kafka has not taken in ``timeout_ms``."""
+    from confluent_kafka import Producer as Librdkafka
+
+    from streaming.kafka_clients import librdkafka_settings
+
+    return Librdkafka(
+        {
+            **librdkafka_settings(kafka),
+            # acks=1 and no idempotence: a served log is at least once anyway (a retry after
+            # a lost answer writes twice) and the builder drops a repeated event id
+            "acks": 1,
+            "enable.idempotence": False,
+            "linger.ms": 20,
+            # the Java client's (and kafka-python's) partitioner: a label event keyed by the
+            # same event id lands on this record's partition, as the join needs
+            "partitioner": "murmur2_random",
+            "queue.buffering.max.messages": capacity,
+            "message.timeout.ms": timeout_ms,
+        },
+        logger=log,
+    )
 
 
 def now_ms() -> int:

@@ -31,3 +31,20 @@ def producer_settings(kafka: KafkaConfig) -> dict[str, Any]:
     require(kafka.compression, "kafka.compression")
     codec = None if kafka.compression == "none" else kafka.compression
     return {**client_settings(kafka), "compression_type": codec}
+
+
+def librdkafka_settings(kafka: KafkaConfig) -> dict[str, Any]:
+    """The same connection and compression settings, in librdkafka's (``confluent_kafka``)
+    names (librdkafka carries every codec itself)."""
+    settings: dict[str, Any] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "security.protocol": kafka.security_protocol,
+        "compression.type": kafka.compression,
+    }
+    if kafka.security_protocol.startswith("SASL_"):
+        settings["sasl.mechanism"] = kafka.sasl_mechanism
+        settings["sasl.username"] = kafka.sasl_username
+        settings["sasl.password"] = kafka.sasl_password()
+    if kafka.ssl_cafile is not None:
+        settings["ssl.ca.location"] = str(kafka.ssl_cafile)
+    return settings

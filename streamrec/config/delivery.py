@@ -87,8 +87,10 @@ class ServingConfig(_Strict):
     log_buffer_events: int = Field(
         100_000,
         ge=1,
-        description="Served records held while Kafka is slow or away; past it a record is "
-        "dropped and counted unlogged (a request never waits for Kafka).",
+        le=2_147_483_647,  # librdkafka's bound of queue.buffering.max.messages
+        description="Served records held while Kafka is slow or away (for at most a minute "
+        "each); past it a record is dropped and counted unlogged (a request never waits for "
+        "Kafka).",
     )
     bearer_token_env: str | None = Field(
         None,

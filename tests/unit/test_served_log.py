@@ -1,86 +1,44 @@
-"""The served log's queue and writer on their own: every record offered is logged or
-counted, the queue is bounded, a Kafka that cannot be reached or refuses loses nothing
-silently. The producer is a small fake (pure logic: which records reach which send)."""
+"""The served log on its own, with librdkafka's real producer and no broker listening (a
+free loopback port): the producer's queue is bounded, a record Kafka does not take in time
+is counted, stopping with Kafka away counts what is left and returns. Logging to a real
+broker, stopped and started again, is tests/integration/test_serving.py's."""
 
 from __future__ import annotations
 
 import time
 
-from serving_export.served_log import ServedLog, served_records
-from streamrec.config import PipelineConfig
+from serving_export.served_log import ServedLog, librdkafka_producer, served_records
+from streamrec.config import PipelineConfig, derived
+from streamrec.local_ports import free_port
 
 
-class Future:
-    def __init__(self, ok: bool) -> None:
-        self.ok = ok
-
-    def failed(self) -> bool:
-        return not self.ok
-
-
-class Kafka:
-    """A producer whose broker is up, down (cannot be reached) or refusing records."""
-
-    def __init__(self) -> None:
-        self.state = "up"
-        self.sent: list[bytes] = []
-
-    def producer(self) -> Kafka:
-        if self.state == "down":
-            raise ConnectionError("no broker")
-        return self
-
-    def send(self, topic: str, key: bytes, value: bytes) -> Future:
-        if self.state == "down":
-            raise ConnectionError("no broker")
-        ok = self.state == "up"
-        if ok:
-            self.sent.append(key)
-        return Future(ok)
-
-    def flush(self) -> None:
-        return None
-
-    def close(self, timeout: float) -> None:
-        return None
+def _log(cfg: PipelineConfig, capacity: int, timeout_ms: int) -> ServedLog:
+    away = derived(cfg, "no broker", kafka={"bootstrap_servers": f"127.0.0.1:{free_port()}"})
+    return ServedLog("served", librdkafka_producer(away.kafka, capacity, timeout_ms))
 
 
 def _records(first: int, n: int) -> list[tuple[str, dict]]:
     return [(f"e{i}", {"event_id": f"e{i}"}) for i in range(first, first + n)]
 
 
-def _settle(log: ServedLog, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while log.counts().backlog and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def test_every_record_is_logged_or_counted_and_the_queue_is_bounded() -> None:
-    kafka = Kafka()
-    log = ServedLog("served", capacity=50, producer_factory=kafka.producer)
+def test_the_queue_is_bounded_and_what_kafka_does_not_take_in_time_is_counted(
+    shipped_config: PipelineConfig,
+) -> None:
+    log = _log(shipped_config, capacity=50, timeout_ms=1000)
     log.start()
     try:
-        log.offer(_records(0, 30))
-        _settle(log)
-        assert log.counts().logged == 30 and kafka.sent[:2] == [b"e0", b"e1"]
-        kafka.state = "down"  # the writer cannot reach Kafka: the queue holds what it can
-        log.offer(_records(30, 80))
+        started = time.monotonic()
+        log.offer(_records(0, 80))
+        assert time.monotonic() - started < 0.5  # nothing waited on Kafka
         counts = log.counts()
-        assert counts.unlogged == 30 and counts.backlog == 50  # 80 offered, room for 50
-        kafka.state = "up"  # back: the queue drains, in order
-        _settle(log)
-        counts = log.counts()
-        assert (counts.logged, counts.unlogged, counts.backlog) == (80, 30, 0)
-        assert kafka.sent[30:32] == [b"e30", b"e31"]
-        kafka.state = "refusing"  # taken, then refused: counted, not retried
-        log.offer(_records(110, 10))
-        _settle(log)
-        time.sleep(0.05)
-        assert log.counts().unlogged == 40 and log.counts().logged == 80
+        assert (counts.logged, counts.unlogged, counts.backlog) == (0, 30, 50)  # room for 50
+        deadline = time.monotonic() + 10
+        while log.counts().backlog:  # not taken within a second: each one counted
+            assert time.monotonic() < deadline, log.counts()
+            time.sleep(0.05)
+        assert log.counts() == type(counts)(0, 80, 0)
     finally:
-        log.stop()
-    counts = log.counts()
-    assert counts.logged + counts.unlogged + counts.backlog == 120
+        log.stop(timeout_s=1)
 
 
 def test_a_record_is_the_impression_as_served_and_what_served_it(
@@ -102,13 +60,14 @@ def test_a_record_is_the_impression_as_served_and_what_served_it(
     }
 
 
-def test_stopping_with_kafka_away_counts_what_is_left_and_returns() -> None:
-    kafka = Kafka()
-    kafka.state = "down"
-    log = ServedLog("served", capacity=100, producer_factory=kafka.producer)
+def test_stopping_with_kafka_away_counts_what_is_left_and_returns(
+    shipped_config: PipelineConfig,
+) -> None:
+    log = _log(shipped_config, capacity=100, timeout_ms=60_000)
     log.start()
     log.offer(_records(0, 20))
     started = time.monotonic()
-    log.stop()
+    log.stop(timeout_s=1)
     assert time.monotonic() - started < 3
-    assert log.counts().unlogged == 20 and log.counts().backlog == 0
+    counts = log.counts()
+    assert (counts.logged, counts.unlogged, counts.backlog) == (0, 20, 0)
