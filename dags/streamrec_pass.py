@@ -18,6 +18,7 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | `day_end` | `pass_sequence.day_end` | after a day's last pass: shrink, retention |
 | `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
 | `deliver_newest` | as `export`, then `deliver` | the newest pass `catch_up` trained; or skipped |
+| `judge_online` | `online.check` | online metrics, the alarm (passes cut from the served log) |
 
 The order is `ops/pass_sequence.py`'s (`run_pass`), which the demo and the serving tests
 run whole. A pass is delivered as soon as its gate passes it; the day-end and catch-up
@@ -205,7 +206,18 @@ def streamrec_pass():
         version = pass_sequence.publish(cfg, _client(cfg), newest.pass_id, newest.decision)
         return _deliver(cfg, version, outlet_events)
 
+    @task
+    def judge_online(pass_id: str) -> dict[str, Any]:
+        from ops.online import check
+
+        cfg = _config()
+        if not cfg.served_tasks:
+            raise AirflowSkipException("passes are not cut from the served log")
+        log.info("online metrics with pass %s's window", pass_id)
+        return check(cfg).to_dict()
+
     pass_id = wait_pass()
+    judge_online(pass_id)  # beside training: the served versions, judged on this window
     decision = evaluate(train_pass(pass_id))
     delivered = deliver(export(pass_id, decision))
     ended = day_end(pass_id)

@@ -87,6 +87,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from ops.online import by_version, recent_window_stats
     from ops.report import render
     from ops.status import (
         cluster_summary,
@@ -101,10 +102,12 @@ def _report(args: argparse.Namespace) -> int:
 
     cfg = _config(args.config)
     rows = recent_passes(cfg, args.limit)
-    status = [format_table(rows), format_serving(serving_summary(cfg))]
-    status.append(format_cluster(cluster_summary(cfg)))
+    serving = serving_summary(cfg)
+    status = [format_table(rows), format_serving(serving), format_cluster(cluster_summary(cfg))]
     target = stale_after_seconds(cfg.passes.pass_minutes)  # the freshness plot's target line
-    write_text_atomic(args.out.resolve(), render(cfg.name, rows, "\n\n".join(status), target))
+    online = by_version(recent_window_stats(cfg, cfg.online.windows))
+    page = render(cfg.name, rows, "\n\n".join(status), target, online=online)
+    write_text_atomic(args.out.resolve(), page)
     print(f"wrote {args.out} ({len(rows)} passes)")
     return 0
 
@@ -154,6 +157,14 @@ def _rollback(args: argparse.Namespace) -> int:
         version = older[-1]
     previous, switched = rollback(cfg, version)
     print(json.dumps({"version": version, "previous": previous, "switched": switched}))
+    return 0
+
+
+def _online(args: argparse.Namespace) -> int:
+    from ops.online import check
+
+    result = check(_config(args.config))
+    print(json.dumps(result.to_dict(), indent=2 if args.pretty else None))
     return 0
 
 
@@ -212,6 +223,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", required=True, help="version (pass id) to serve")
     p = command("rollback", "serve an older registered version again", _rollback)
     p.add_argument("--version", help="version to serve (default: the one before the serving)")
+    p = command(
+        "online",
+        "each served version's online metrics; with online.rollback, roll a worse one back",
+        _online,
+    )
+    p.add_argument("--pretty", action="store_true", help="indented JSON")
     p = command("retention", "delete old passes, slices, saves, artifacts, Redis keys", _retention)
     p.add_argument("--dry-run", action="store_true", help="list what would go; delete nothing")
     p.add_argument("--json", action="store_true", help="machine-readable output")

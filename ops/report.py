@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ops.charts import ReferenceLine, Series, YRange, line_chart
+from ops.online import VersionOnline
 from ops.status import PassRow, task_names
 
 FROM_ZERO = YRange(floor=0.0)
@@ -139,20 +140,51 @@ def _chart(plot: Plot, rows: list[PassRow]) -> str:
     )
 
 
+def progressive_auc_of(version: str, rows: list[PassRow]) -> float | None:
+    """A version's progressive AUC: its model's AUC on the first trained pass after its
+    own, measured before training on that pass (the figure the gate judges)."""
+    later = [r for r in rows if r.pass_id > version and r.auc is not None]
+    return later[0].auc if later else None
+
+
+def online_chart(online: Sequence[VersionOnline], rows: list[PassRow]) -> str:
+    """Online AUC (each task's, on the labelled events a version answered) against
+    progressive AUC, per version; '' when no version has online metrics."""
+    versions = sorted({m.version for m in online})
+    if not versions:
+        return ""
+    auc = {(m.version, m.task): m.auc for m in online}
+    tasks = sorted({m.task for m in online})
+    series = [Series(f"online AUC, {t}", [auc.get((v, t)) for v in versions]) for t in tasks]
+    series.append(Series("progressive AUC", [progressive_auc_of(v, rows) for v in versions]))
+    return line_chart(
+        "online",
+        "Online AUC (served traffic) against progressive AUC, per version",
+        versions,
+        series,
+        x_label="version",
+        y_label="AUC",
+        references=(ReferenceLine(0.5, "chance (0.5)"),),
+        y_range=YRange(include=(0.5,), min_span=0.1),
+    )
+
+
 def render(
     pipeline: str,
     rows: list[PassRow],
     table: str,
     freshness_target_seconds: float,
     generated: datetime | None = None,
+    online: Sequence[VersionOnline] = (),
 ) -> str:
     """The report page for ``rows`` (oldest first) with ``table`` (the status table);
-    freshness is drawn against ``freshness_target_seconds``."""
+    freshness is drawn against ``freshness_target_seconds``; ``online``: each version's
+    online metrics, drawn against its progressive AUC."""
     when = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
-    sections = "\n".join(
-        f"<section>{_chart(p, rows)}</section>"
-        for p in plots(freshness_target_seconds, task_names(rows))
-    )
+    charts = [_chart(p, rows) for p in plots(freshness_target_seconds, task_names(rows))]
+    if chart := online_chart(online, rows):
+        charts.append(chart)
+    sections = "\n".join(f"<section>{chart}</section>" for chart in charts)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>streamrec {html.escape(pipeline)}: passes</title>

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.catchup import CAUGHT_UP_FIELD, SUPERSEDED_FIELD
+from ops.online import by_version, recent_window_stats
 from serving_export.delivery import DELIVERED_FIELD, registry_for
 from streaming.synthetic import read_best_auc, read_best_task_auc
 from streamrec.config import PipelineConfig
@@ -219,16 +220,23 @@ def needs_attention(rows: list[PassRow]) -> bool:
 
 
 def serving_summary(cfg: PipelineConfig, now: float | None = None) -> dict[str, Any]:
-    """The serving version, how old its data is (now minus its window end), and what each
-    running ``streamrec serve`` replica serves, on which host."""
+    """The serving version, how old its data is (now minus its window end), what each
+    running ``streamrec serve`` replica serves, on which host; each version's online
+    metrics (passes cut from the served log) and the versions the online alarm withdrew,
+    with why."""
     registry = registry_for(cfg)
     version = registry.serving_version()
-    replicas = [asdict(note) for note in registry.replicas()]
-    now = time.time() if now is None else now
-    if version is None:
-        return {"version": None, "age_seconds": None, "replicas": replicas}
-    end = window_ms(version, cfg.passes.pass_minutes)[1] / 1000
-    return {"version": version, "age_seconds": now - end, "replicas": replicas}
+    summary: dict[str, Any] = {
+        "version": version,
+        "age_seconds": None,
+        "replicas": [asdict(note) for note in registry.replicas()],
+        "online": [m.to_dict() for m in by_version(recent_window_stats(cfg, cfg.online.windows))],
+        "withdrawn": registry.withdrawn(),
+    }
+    if version is not None:
+        now = time.time() if now is None else now
+        summary["age_seconds"] = now - window_ms(version, cfg.passes.pass_minutes)[1] / 1000
+    return summary
 
 
 def format_serving(summary: dict[str, Any]) -> str:
@@ -242,11 +250,24 @@ def format_serving(summary: dict[str, Any]) -> str:
         logged = ""
         if replica.get("logged") is not None:  # a replica with a served log says how it goes
             logged = f"; logged {replica['logged']}, could not log {replica['unlogged']}"
+        held = f" ({replica['held']} answers the holdout share)" if replica.get("held") else ""
         lines.append(
             f"  {replica['replica']:<24} on {replica['host']:<12} serves "
-            f"{replica['version'] or 'nothing yet'}{logged}"
+            f"{replica['version'] or 'nothing yet'}{held}{logged}"
         )
+    for m in summary.get("online", []):
+        lines.append(
+            f"  online {m['version']} {m['task']}: AUC {_figure(m['auc'])} logloss "
+            f"{_figure(m['logloss'])} COPC {_figure(m['copc'])} over {m['count']} labelled "
+            f"events in {len(m['windows'])} windows"
+        )
+    for version, note in sorted(summary.get("withdrawn", {}).items()):
+        lines.append(f"  withdrawn {version}: {note['reason']}")
     return "\n".join(lines)
+
+
+def _figure(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4f}"
 
 
 def cluster_summary(cfg: PipelineConfig) -> dict[str, Any]:

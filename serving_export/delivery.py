@@ -116,6 +116,16 @@ def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
     return result
 
 
+def withdraw(cfg: PipelineConfig, version: str, to: str, reason: str) -> tuple[str | None, bool]:
+    """Withdraw ``version`` for ``reason`` and serve ``to`` again if it serves (its Redis
+    embeddings written first when they are missing): the version serving before and
+    whether the pointer moved. A withdrawn version is never promoted again."""
+    store = sparse_store_for(cfg)
+    if isinstance(store, RedisStore):
+        store.push(to)
+    return registry_for(cfg).withdraw(version, to, reason)
+
+
 def rollback(cfg: PipelineConfig, version: str) -> tuple[str | None, bool]:
     """Serve an older registered ``version`` again (its Redis embeddings written first when
     they are missing); the version serving before and whether the pointer moved."""

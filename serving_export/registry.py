@@ -36,6 +36,7 @@ class ReplicaNote:
     noted_at: float  # epoch seconds of this note
     logged: int | None = None  # served events logged to Kafka (None: no served log)
     unlogged: int | None = None  # ... and those that could not be
+    held: str | None = None  # the predecessor answering serving.holdout_share, if any
 
 
 class ModelRegistry:
@@ -97,34 +98,68 @@ class ModelRegistry:
             raise NothingServing(f"no version of {self._model} is serving yet")
         return self.manifest(version)
 
+    def predecessor(self, version: str) -> str | None:
+        """The version that served just before ``version`` was last promoted (a rollback
+        to ``version`` is no promotion: it does not change what came before it)."""
+        for switch in self.history(limit=1000):
+            previous = switch["previous"]
+            if switch["version"] == version and (previous is None or previous < version):
+                return previous
+        return None
+
+    def withdrawn(self) -> dict[str, dict[str, Any]]:
+        """Versions the online alarm withdrew: version -> {reason, at}."""
+        raw = self._r.hgetall(self._keys.registry_withdrawn(self._model))
+        return {version: json.loads(v) for version, v in raw.items()}
+
+    def record_online(self, version: str, metrics: list[dict[str, Any]]) -> None:
+        """Keep ``version``'s online metrics (per task) where services read them."""
+        self._r.hset(self._keys.registry_online(self._model), version, json.dumps(metrics))
+
+    def online(self, version: str) -> list[dict[str, Any]]:
+        """``version``'s online metrics per task as last recorded; [] when none are."""
+        raw = self._r.hget(self._keys.registry_online(self._model), version)
+        return json.loads(raw) if raw else []
+
     def promote(self, version: str) -> tuple[str | None, bool]:
-        """Make ``version`` serve unless the same or a newer version already does.
-        Returns the version serving before and whether the pointer moved."""
+        """Make ``version`` serve unless the same or a newer version already does, or it
+        was withdrawn. Returns the version serving before and whether the pointer moved."""
         return self._switch(version, lambda current: current is None or version > current)
 
     def rollback(self, version: str) -> tuple[str | None, bool]:
         """Make an older registered ``version`` serve again."""
         return self._switch(version, lambda current: current != version)
 
-    def _switch(self, version: str, allowed) -> tuple[str | None, bool]:
+    def withdraw(self, version: str, to: str, reason: str) -> tuple[str | None, bool]:
+        """Withdraw ``version`` for ``reason`` (it is never promoted again) and, if it
+        serves, make ``to`` serve again: both in one transaction."""
+        return self._switch(to, lambda current: current == version, (version, reason))
+
+    def _switch(
+        self, version: str, allowed, withdraw: tuple[str, str] | None = None
+    ) -> tuple[str | None, bool]:
         self.manifest(version)
         pointer = self._keys.registry_serving(self._model)
         versions = self._keys.registry_versions(self._model)
+        withdrawn = self._keys.registry_withdrawn(self._model)
 
         # redis-py runs this again whenever the pointer moved before EXEC (WATCH)
         def switch(pipe: redis.client.Pipeline) -> tuple[str | None, bool]:
             previous = pipe.get(pointer)
-            if not allowed(previous):
+            if not allowed(previous) or pipe.hexists(withdrawn, version):
                 return previous, False
             manifest = ArtifactManifest.parse(pipe.hget(versions, version), versions)
             served = manifest.served(datetime.now(UTC).isoformat())
+            record: dict[str, Any] = {"version": version, "previous": previous, "ts": time.time()}
             pipe.multi()
+            if withdraw is not None:
+                gone, reason = withdraw
+                note = {"reason": reason, "at": time.time()}
+                pipe.hset(withdrawn, gone, json.dumps(note))
+                record["reason"] = f"{gone} withdrawn: {reason}"
             pipe.set(pointer, version)
             pipe.hset(versions, version, served.to_json())
-            pipe.lpush(
-                self._keys.registry_history(self._model),
-                json.dumps({"version": version, "previous": previous, "ts": time.time()}),
-            )
+            pipe.lpush(self._keys.registry_history(self._model), json.dumps(record))
             return previous, True
 
-        return self._r.transaction(switch, pointer, value_from_callable=True)
+        return self._r.transaction(switch, pointer, withdrawn, value_from_callable=True)

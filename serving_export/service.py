@@ -39,6 +39,7 @@ import gc
 import hmac
 import json
 import logging
+import random
 import socket
 import sys
 import threading
@@ -152,6 +153,32 @@ class _LogCollector(Collector):
         )
 
 
+class _OnlineCollector(Collector):
+    """Each answering version's online metrics (AUC, logloss, COPC and the labelled events
+    they are over, per task), as ``streamrec online`` last recorded them."""
+
+    def __init__(self, follower: VersionFollower) -> None:
+        self._follower = follower
+
+    def collect(self) -> Iterator[Metric]:
+        families = {
+            name: GaugeMetricFamily(f"streamrec_online_{name}", help_, labels=["version", "task"])
+            for name, help_ in (
+                ("auc", "Online AUC of a version on the labelled events it answered."),
+                ("logloss", "Online logloss of a version on the labelled events it answered."),
+                ("copc", "Online clicks over predicted clicks of a version."),
+                ("events", "Labelled events a version's online metrics are over."),
+            )
+        }
+        for m in self._follower.online:
+            labels = [m["version"], m["task"]]
+            families["events"].add_metric(labels, m["count"])
+            for name in ("auc", "logloss", "copc"):
+                if m[name] is not None:
+                    families[name].add_metric(labels, m[name])
+        yield from families.values()
+
+
 def window_end(manifest: ArtifactManifest) -> float:
     """Epoch seconds of the event-time end of a version's pass."""
     return datetime.fromisoformat(manifest.freshness.window_end).timestamp()
@@ -162,6 +189,8 @@ class ServingState:
 
     def __init__(self) -> None:
         self.current: Predictor | None = None
+        # with serving.holdout_share: the version that served before the current one
+        self.held: Predictor | None = None
         self.served_at: str | None = None  # when the registry made it serve
         # (version, just before, just after its swap): a request that read the reference
         # between two swaps was scored by the version between them
@@ -171,6 +200,14 @@ class ServingState:
         before = time.time()
         self.current, self.served_at = predictor, served_at
         self.swaps.append((predictor.version, before, time.time()))
+
+    def answering(self, holdout_share: float) -> Predictor | None:
+        """The version that answers a request: the current one, or for a random
+        ``holdout_share`` of requests the held-out predecessor, where one is loaded."""
+        held = self.held
+        if held is not None and random.random() < holdout_share:
+            return held
+        return self.current
 
 
 class VersionFollower:
@@ -197,6 +234,8 @@ class VersionFollower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="version-follower", daemon=True)
         self._failed: str | None = None
+        # the online metrics (ops.online) of the versions answering, as last recorded
+        self.online: list[dict[str, Any]] = []
 
     def start(self) -> None:
         self._thread.start()
@@ -206,20 +245,17 @@ class VersionFollower:
         self._thread.join(timeout=10)
 
     def poll_once(self) -> None:
-        """Load the pointer's version if it is not the one serving."""
+        """Load the pointer's version if it is not the one serving (and, with a holdout
+        share, the version before it)."""
         version = self._registry.serving_version()
         current = self._state.current
         if version is None or (current is not None and current.version == version):
+            if current is not None and self._cfg.holdout_share > 0:
+                self._hold(current.version)
             return
         started = time.perf_counter()
         try:
-            embeddings = self._store.embeddings_for(version)
-            predictor = Predictor(
-                version_dir(self._store.model_dir, version),
-                embeddings,
-                self._cfg.threads,
-                self._cfg.runtime,
-            )
+            predictor = self._load(version)
         except Exception as e:  # a bad version must not stop the one serving
             self._metrics.load_failures.inc()
             if self._failed != version:
@@ -232,6 +268,8 @@ class VersionFollower:
             self._failed = version
             return
         served_at = self._registry.manifest(version).freshness.served_at
+        if self._cfg.holdout_share > 0:  # the one swapped out is most often the predecessor
+            self._state.held = current
         self._state.swap(predictor, served_at)
         # the loaded version's objects live until the next swap: out of the collector's
         # sight, a full collection does not walk them (measured: 50-150 ms stalls of every
@@ -250,6 +288,35 @@ class VersionFollower:
             seconds,
         )
 
+    def _load(self, version: str) -> Predictor:
+        return Predictor(
+            version_dir(self._store.model_dir, version),
+            self._store.embeddings_for(version),
+            self._cfg.threads,
+            self._cfg.runtime,
+        )
+
+    def _hold(self, version: str) -> None:
+        """Keep the version that served before ``version`` answering the holdout share; a
+        version that cannot be loaded is logged once and the current one answers all."""
+        wanted = self._registry.predecessor(version)
+        held = self._state.held
+        if held is not None and held.version == wanted:
+            return
+        if wanted is None or wanted == self._failed:
+            self._state.held = None
+            return
+        try:
+            self._state.held = self._load(wanted)
+            share = 100 * self._cfg.holdout_share
+            log.info("%s answers %.1f%% of requests beside %s", wanted, share, version)
+        except Exception as e:
+            log.error(
+                "cannot load %s for the holdout share; %s answers all: %s", wanted, version, e
+            )
+            self._state.held = None
+            self._failed = wanted
+
     def note(self) -> None:
         """Tell the registry what this replica serves (``streamrec status`` lists it): at
         once when the version changed, else often enough to keep the note alive."""
@@ -262,6 +329,7 @@ class VersionFollower:
             return
         loaded_at = swaps[-1][2] if swaps else None
         logged = self._served_log.counts() if self._served_log else None
+        held = self._state.held
         note = ReplicaNote(
             self._replica,
             socket.gethostname(),
@@ -270,9 +338,13 @@ class VersionFollower:
             now,
             logged.logged if logged else None,
             logged.unlogged if logged else None,
+            held.version if held else None,
         )
         self._registry.note_replica(note, ttl_s)
         self._noted = note
+        held = self._state.held
+        shown = [v for v in (version, held.version if held else None) if v is not None]
+        self.online = [m for v in shown for m in self._registry.online(v)]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -383,6 +455,7 @@ def create_app(
     metrics = ServingMetrics()
     replica = replica or socket.gethostname()
     follower = VersionFollower(registry, store, state, metrics, cfg, replica, served_log)
+    metrics.registry.register(_OnlineCollector(follower))
     if served_log is not None:
         metrics.registry.register(_LogCollector(served_log))
 
@@ -452,7 +525,8 @@ def create_app(
         started = time.perf_counter()
         try:
             body = await _read_body(request, cfg.max_body_bytes)
-            predictor = state.current  # read once: this request's version, whatever swaps
+            # read once: this request's version, whatever swaps
+            predictor = state.answering(cfg.holdout_share)
             if predictor is None:
                 raise RequestRejected(503, "not_ready", "no model version is loaded yet")
             # parsed and scored with the requests waiting beside it

@@ -41,13 +41,21 @@ from streaming.event_contract import (
     SPARSE_INT_MIN,
     as_integer,
 )
-from streamrec.config import LabelSpec, SchemaConfig, label_column
+from streamrec.config import (
+    SERVED_VERSION,
+    LabelSpec,
+    SchemaConfig,
+    label_column,
+    served_p_column,
+)
 
 _fast_decode = msgspec.json.Decoder().decode
 
 
-def pass_table_schema(schema: SchemaConfig) -> pa.Schema:
-    """Arrow schema of pass Parquet files: metadata columns, then slots, then dense."""
+def pass_table_schema(schema: SchemaConfig, served: Sequence[str] = ()) -> pa.Schema:
+    """Arrow schema of pass Parquet files: metadata columns, then slots, then dense. Passes
+    cut from the served log (``served``: its tasks) add the version that scored each row
+    and the probability it gave each task (null where the record has none)."""
     fields = [
         pa.field("event_id", pa.string(), nullable=False),
         pa.field("event_time_ms", pa.int64(), nullable=False),
@@ -55,6 +63,9 @@ def pass_table_schema(schema: SchemaConfig) -> pa.Schema:
         pa.field("kafka_partition", pa.int32(), nullable=False),
         pa.field("kafka_offset", pa.int64(), nullable=False),
     ]
+    if served:
+        fields.append(pa.field(SERVED_VERSION, pa.string()))
+        fields += [pa.field(served_p_column(task), pa.float64()) for task in served]
     fields += [
         pa.field(s.name, pa.list_(pa.string()) if s.multi else pa.string(), nullable=False)
         for s in schema.sparse
@@ -129,11 +140,12 @@ def normalize_event(
     schema: SchemaConfig,
     carried: Sequence[str] | None = None,
     record_time_ms: int | None = None,
+    served: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Validate a decoded event and return its row; MalformedEvent when it is unusable.
     ``carried``: the label fields the event must hold (default: the schema's labels with
     source impression); a label joined from a topic starts at 0. With a ``record_time_ms``
-    a missing event time becomes it."""
+    a missing event time becomes it. ``served``: as ``pass_table_schema``."""
     if not isinstance(event, dict):
         raise MalformedEvent("not_an_object", "the event must be a JSON object")
     carried = carried_labels(schema.labels) if carried is None else carried
@@ -149,6 +161,30 @@ def normalize_event(
             raise MalformedEvent("wrong_type", f"{column} must be 0 or 1")
         row[column] = label
     row.update(feature_row(event.get("sparse", {}), event.get("dense", {}), schema))
+    if served:
+        row.update(_served(event.get("served"), served))
+    return row
+
+
+def _served(value: Any, tasks: Sequence[str]) -> dict[str, Any]:
+    """The version and each task's probability of a served-log record's ``served`` field
+    (``serving_export.served_log``); None where it has none."""
+    row: dict[str, Any] = {SERVED_VERSION: None, **{served_p_column(t): None for t in tasks}}
+    if value is None:
+        return row
+    if not isinstance(value, dict) or not isinstance(p := value.get("p", {}), dict):
+        raise MalformedEvent("wrong_type", "served must be {version, p: {task: probability}}")
+    version = value.get("version")
+    if version is not None and not isinstance(version, str):
+        raise MalformedEvent("wrong_type", "served.version must be a string")
+    row[SERVED_VERSION] = version
+    for task in tasks:
+        x = p.get(task)
+        if x is None:
+            continue
+        if isinstance(x, bool) or not isinstance(x, int | float) or not 0 <= x <= 1:
+            raise MalformedEvent("wrong_type", f"served.p.{task} must be a probability")
+        row[served_p_column(task)] = float(x)
     return row
 
 
@@ -241,11 +277,12 @@ def parse_event(
     max_bytes: int,
     carried: Sequence[str] | None = None,
     record_time_ms: int | None = None,
+    served: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Decode and validate one impression message value (``carried``: as
+    """Decode and validate one impression message value (``carried``, ``served``: as
     ``normalize_event``; ``record_time_ms``: the time a missing ``event_time`` falls back
     to, if any)."""
-    return normalize_event(_decode(raw, max_bytes), schema, carried, record_time_ms)
+    return normalize_event(_decode(raw, max_bytes), schema, carried, record_time_ms, served)
 
 
 def parse_label_event(
@@ -264,20 +301,22 @@ def parse_label_event(
     return _event_id(event), _epoch_ms(event, time_key, record_time_ms)
 
 
-def _json_schema(schema: SchemaConfig, carried: Sequence[str]) -> pa.Schema:
+def _json_schema(schema: SchemaConfig, carried: Sequence[str], served: Sequence[str]) -> pa.Schema:
     sparse = pa.struct(
         [pa.field(s.name, pa.list_(pa.string()) if s.multi else pa.string()) for s in schema.sparse]
     )
     dense = pa.struct([pa.field(d.name, pa.float64()) for d in schema.dense])
-    return pa.schema(
-        [
-            pa.field("event_id", pa.string()),
-            pa.field("event_time", pa.int64()),
-            *(pa.field(column, pa.int64()) for column in carried),
-            pa.field("sparse", sparse),
-            pa.field("dense", dense),
-        ]
-    )
+    fields = [
+        pa.field("event_id", pa.string()),
+        pa.field("event_time", pa.int64()),
+        *(pa.field(column, pa.int64()) for column in carried),
+        pa.field("sparse", sparse),
+        pa.field("dense", dense),
+    ]
+    if served:
+        p = pa.struct([pa.field(task, pa.float64()) for task in served])
+        fields.append(pa.field("served", pa.struct([("version", pa.string()), ("p", p)])))
+    return pa.schema(fields)
 
 
 def decode_impression_batch(
@@ -287,6 +326,7 @@ def decode_impression_batch(
     schema: SchemaConfig,
     max_bytes: int,
     carried: Sequence[str] | None = None,
+    served: Sequence[str] = (),
 ) -> pa.Table | None:
     """Rows (pass table schema) of a batch of impression messages, decoded and validated
     column-wise by Arrow's JSON reader; None unless *every* message is a well-formed event,
@@ -306,7 +346,8 @@ def decode_impression_batch(
                 block_size=max(1 << 20, len(buf) + 1), use_threads=False
             ),
             parse_options=pajson.ParseOptions(
-                explicit_schema=_json_schema(schema, carried), unexpected_field_behavior="ignore"
+                explicit_schema=_json_schema(schema, carried, served),
+                unexpected_field_behavior="ignore",
             ),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -359,4 +400,13 @@ def decode_impression_batch(
         if col.null_count or not pc.all(pc.less(pc.abs(col), DENSE_LIMIT)).as_py():
             return None
         columns[feat.name] = col
-    return pa.table(columns, schema=pass_table_schema(schema))
+    if served:
+        record = table["served"].combine_chunks()
+        columns[SERVED_VERSION] = pc.struct_field(record, "version")
+        p = pc.struct_field(record, "p")
+        for task in served:
+            col = pc.struct_field(p, task)
+            if not pc.all(pc.and_(pc.greater_equal(col, 0), pc.less_equal(col, 1))).as_py():
+                return None
+            columns[served_p_column(task)] = col
+    return pa.table(columns, schema=pass_table_schema(schema, served))

@@ -169,7 +169,8 @@ class PassBuilder:
         self.topics = {IMPRESSIONS: cfg.kafka.impressions_topic}
         self.topics |= {label.name: label.topic for label in cfg.topic_labels if label.topic}
         self._kind = {topic: kind for kind, topic in self.topics.items()}
-        self._arrow_schema = pass_table_schema(cfg.feature_schema)
+        self._served = cfg.served_tasks
+        self._arrow_schema = pass_table_schema(cfg.feature_schema, self._served)
         self._lateness_ms = cfg.passes.allowed_lateness_seconds * 1000
         label_wait_ms = cfg.label_wait_seconds * 1000
         self._windows = WindowCutter(self._minutes, label_wait_ms, cfg.passes.max_gap_passes)
@@ -285,6 +286,7 @@ class PassBuilder:
                 self.cfg.feature_schema,
                 self.cfg.kafka.max_message_bytes,
                 carried=self._carried,
+                served=self._served,
             )
         return batch
 
@@ -328,6 +330,7 @@ class PassBuilder:
                     self.cfg.kafka.max_message_bytes,
                     carried=self._carried,
                     record_time_ms=record_time,
+                    served=self._served,
                 )
                 event_ms = self._check_time(row["event_time_ms"])
             except MalformedEvent as e:

@@ -27,6 +27,10 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
     registry:<model>:versions      HASH    version -> artifact MANIFEST.json
     registry:<model>:serving       STRING  the version serving reads
     registry:<model>:history       LIST    JSON records of every pointer switch, newest first
+    registry:<model>:withdrawn     HASH    version -> JSON {reason, at} of a version the online
+                                           alarm rolled back: never promoted again
+    registry:<model>:online        HASH    version -> JSON list of its online metrics per
+                                           task (ops.online), as `streamrec online` last saw
     registry:<model>:replica:<id>  STRING  JSON {replica, host, version, loaded_at, ts} of a
                                            running `streamrec serve`, expires unless renewed
     sparse:<model>:<version>:<table>  HASH  the embeddings of one sparse table a version's
@@ -109,6 +113,12 @@ class RedisKeys:
 
     def registry_history(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:history"
+
+    def registry_withdrawn(self, model: str) -> str:
+        return f"{self.prefix}:registry:{model}:withdrawn"
+
+    def registry_online(self, model: str) -> str:
+        return f"{self.prefix}:registry:{model}:online"
 
     def registry_replica(self, model: str, replica: str) -> str:
         return f"{self.prefix}:registry:{model}:replica:{replica}"

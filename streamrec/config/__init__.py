@@ -7,7 +7,7 @@ gate, serving, the schedule, retention), and ``pipeline`` (the whole file, loadi
 dumping it). Import them from here.
 """
 
-from streamrec.config.base import EMBEDDED, RESERVED_COLUMNS
+from streamrec.config.base import EMBEDDED, RESERVED_COLUMNS, SERVED_VERSION, served_p_column
 from streamrec.config.cluster import CheckpointConfig, ClusterConfig, NodeConfig, PathConfig
 from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfig, ServingConfig
 from streamrec.config.model import (
@@ -43,6 +43,7 @@ __all__ = [
     "DEFAULT_SPARSE_TABLE",
     "EMBEDDED",
     "RESERVED_COLUMNS",
+    "SERVED_VERSION",
     "CheckpointConfig",
     "ClusterConfig",
     "ConversionConfig",
@@ -74,6 +75,7 @@ __all__ = [
     "dump_config",
     "label_column",
     "load_config",
+    "served_p_column",
     "sparse_tables",
     "table_of_slot",
     "with_services",

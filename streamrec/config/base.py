@@ -6,8 +6,15 @@ from pydantic import BaseModel, ConfigDict
 
 EMBEDDED = "embedded"
 RESERVED_COLUMNS = frozenset(
-    {"event_id", "event_time_ms", "label", "kafka_partition", "kafka_offset"}
+    {"event_id", "event_time_ms", "label", "kafka_partition", "kafka_offset", "served_version"}
 )
+SERVED_VERSION = "served_version"  # passes cut from the served log: the version that scored
+
+
+def served_p_column(task: str) -> str:
+    """The pass column of the probability the served version gave ``task`` (passes cut
+    from the served log)."""
+    return f"served_p_{task}"
 
 
 class _Strict(BaseModel):

@@ -37,6 +37,32 @@ class GateConfig(_Strict):
     )
 
 
+class OnlineConfig(_Strict):
+    """Online metrics of each served version on the traffic it answered, and the alarm that
+    rolls a worse one back (``streamrec online``); they need passes cut from the served
+    log (``kafka.impressions_topic`` = ``serving.log_topic``)."""
+
+    windows: int = Field(
+        48, ge=1, description="Newest passes (windows) the online metrics and the alarm read."
+    )
+    rollback: bool = Field(
+        False,
+        description="Roll serving back to the version before it when the serving version's "
+        "online AUC is below that version's by more than max_auc_drop, on the windows where "
+        "both answered; the version is withdrawn (never promoted again) with the reason.",
+    )
+    min_events: int = Field(
+        5000,
+        ge=1,
+        description="Labelled events each of the two versions must have answered in those "
+        "windows before they are compared (AUC's sampling error shrinks as 1/sqrt of it).",
+    )
+    max_auc_drop: float = Field(
+        0.01, ge=0, le=1, description="Largest online AUC drop against the version before."
+    )
+    task: str | None = Field(None, description="Task compared (default: the first label).")
+
+
 class ServingConfig(_Strict):
     """The online predictor service (``streamrec serve``)."""
 
@@ -91,6 +117,14 @@ class ServingConfig(_Strict):
         description="Served records held while Kafka is slow or away (for at most a minute "
         "each); past it a record is dropped and counted unlogged (a request never waits for "
         "Kafka).",
+    )
+    holdout_share: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Share of events (by event id) the version that served before the "
+        "current one keeps answering after a swap: online metrics then compare the two on "
+        "the same windows and traffic (online.rollback). 0: every event gets the current.",
     )
     bearer_token_env: str | None = Field(
         None,

@@ -21,7 +21,13 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from streamrec.config.base import EMBEDDED, _Strict
 from streamrec.config.cluster import CheckpointConfig, ClusterConfig, PathConfig
-from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfig, ServingConfig
+from streamrec.config.delivery import (
+    GateConfig,
+    OnlineConfig,
+    RetentionConfig,
+    ScheduleConfig,
+    ServingConfig,
+)
 from streamrec.config.model import ModelConfig
 from streamrec.config.services import JoinConfig, KafkaConfig, RedisConfig
 from streamrec.config.stream import LabelSpec, PassConfig, SchemaConfig, SyntheticConfig
@@ -50,6 +56,7 @@ class PipelineConfig(_Strict):
     )
     retention: RetentionConfig = RetentionConfig()
     serving: ServingConfig = ServingConfig()
+    online: OnlineConfig = OnlineConfig()
 
     @model_validator(mode="after")
     def _labels_said_once(self) -> PipelineConfig:
@@ -87,6 +94,18 @@ class PipelineConfig(_Strict):
             )
         return self
 
+    @model_validator(mode="after")
+    def _online_reads_the_served_log(self) -> PipelineConfig:
+        names = [label.name for label in self.labels]
+        if self.online.task is not None and self.online.task not in names:
+            raise ValueError(f"online.task: name a label of the pipeline ({names})")
+        if self.online.rollback and not self.served_tasks:
+            raise ValueError(
+                "online.rollback needs passes cut from the served log: set "
+                "kafka.impressions_topic to serving.log_topic"
+            )
+        return self
+
     @property
     def labels(self) -> list[LabelSpec]:
         """The labels each row carries: ``schema.labels``, or in ``click_join`` mode the
@@ -99,6 +118,15 @@ class PipelineConfig(_Strict):
                 name="click", source="topic", topic=self.join.clicks_topic, window_seconds=window
             )
         ]
+
+    @property
+    def served_tasks(self) -> tuple[str, ...]:
+        """Passes cut from the served log (``kafka.impressions_topic`` is
+        ``serving.log_topic``) keep, per row, the version that scored it and the probability
+        it gave each of these tasks (every label); other passes: none."""
+        if self.serving.log_topic is None or self.kafka.impressions_topic != self.serving.log_topic:
+            return ()
+        return tuple(label.name for label in self.labels)
 
     @property
     def topic_labels(self) -> list[LabelSpec]:

@@ -333,3 +333,24 @@ def test_passes_cut_from_the_served_log_take_every_label_from_a_topic(shipped_co
     assert served.join.mode == "click_join"  # the clicks come from their topic: fine
     with pytest.raises(ConfigError, match=r"carries no label; join \['click'\]"):
         derived(served, "labels in the impression", join={"mode": "label_in_impression"})
+    assert served.served_tasks == ("click",)  # each row keeps what scored it
+    assert (
+        derived(served, "its own impressions", kafka={"impressions_topic": "i"}).served_tasks == ()
+    )
+
+
+def test_the_online_alarm_needs_passes_cut_from_the_served_log(shipped_config) -> None:
+    with pytest.raises(ConfigError, match=r"online\.rollback needs passes cut from the served"):
+        derived(shipped_config, "an alarm without the log", online={"rollback": True})
+    served = derived(
+        shipped_config,
+        "training from what was served",
+        kafka={"impressions_topic": "served"},
+        serving={"log_topic": "served"},
+        online={"rollback": True},
+    )
+    assert served.online.rollback
+    with pytest.raises(ConfigError, match=r"online\.task: name a label"):
+        derived(served, "an alarm on no label", online={"task": "purchase"})
+    with pytest.raises(ConfigError, match=r"holdout_share"):
+        derived(served, "everything held out", serving={"holdout_share": 1.0})

@@ -41,11 +41,13 @@ def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
         "day_end",
         "catch_up",
         "deliver_newest",
+        "judge_online",
     }
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     # the pass is delivered right after its gate decision; the day-end and catch-up steps
     # come after, and the day's end runs whether the pass was delivered or skipped
-    assert down["wait_pass"] == {"train_pass", "export", "day_end", "catch_up"}
+    assert down["wait_pass"] == {"train_pass", "export", "day_end", "catch_up", "judge_online"}
+    assert down["judge_online"] == set()  # beside training, never holding delivery
     assert down["train_pass"] == {"evaluate"}
     assert down["evaluate"] == {"export", "catch_up"}
     assert down["export"] == {"deliver"}

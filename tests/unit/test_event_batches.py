@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,15 +17,17 @@ from streamrec.config import PipelineConfig
 MAX = 10_000
 
 
-def _slow(values: list[bytes], schema, carried: tuple[str, ...]) -> pa.Table | None:
+def _slow(
+    values: list[bytes], schema, carried: tuple[str, ...], served: tuple[str, ...] = ()
+) -> pa.Table | None:
     rows = []
     for i, v in enumerate(values):
         try:
-            row = parse_event(v, schema, MAX, carried)
+            row = parse_event(v, schema, MAX, carried, served=served)
         except MalformedEvent:
             return None
         rows.append({**row, "kafka_partition": 3, "kafka_offset": 100 + i})
-    return pa.Table.from_pylist(rows, schema=pass_table_schema(schema))
+    return pa.Table.from_pylist(rows, schema=pass_table_schema(schema, served))
 
 
 def test_a_clean_batch_decodes_like_parse_event(shipped_config: PipelineConfig) -> None:
@@ -73,4 +76,57 @@ def test_hostile_batches_match_or_decline(
     )
     if fast is not None:  # it may decline a valid batch, never accept an invalid one
         slow = _slow(values, schema, carried)
+        assert slow is not None and fast.equals(slow)
+
+
+SERVED = st.one_of(
+    st.none(),
+    st.integers(0, 1),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "version": st.one_of(st.none(), st.text(max_size=3), st.integers(0, 3)),
+            "p": st.one_of(
+                st.none(),
+                st.integers(0, 1),
+                st.dictionaries(
+                    st.sampled_from(["click", "other"]),
+                    st.one_of(st.none(), st.booleans(), st.floats(-1, 2), st.text(max_size=2)),
+                ),
+            ),
+        },
+    ),
+)
+
+
+def test_served_records_keep_their_version_and_scores(shipped_config: PipelineConfig) -> None:
+    """A pass cut from the served log keeps what scored each row; a record without it (not
+    written by ``streamrec serve``) gets nulls; both decoders agree."""
+    schema = shipped_config.feature_schema
+    events = SyntheticStream(schema, shipped_config.synthetic).batch(1, 600_000, 4).events
+    events = [{k: v for k, v in e.items() if k != "label"} for e in events]
+    events[0]["served"] = {"version": "202601010000", "p": {"click": 0.25}, "at": 5}
+    events[1]["served"] = {"version": "202601010010", "p": {}}
+    values = [json.dumps(e).encode() for e in events]
+    fast = decode_impression_batch(values, list(range(100, 104)), 3, schema, MAX, (), ("click",))
+    assert fast is not None and fast.equals(_slow(values, schema, (), ("click",)))
+    assert fast["served_version"].to_pylist() == ["202601010000", "202601010010", None, None]
+    assert fast["served_p_click"].to_pylist() == [0.25, None, None, None]
+    bad = {**events[0], "served": {"version": "v", "p": {"click": 1.5}}}
+    with pytest.raises(MalformedEvent, match=r"served\.p\.click"):
+        parse_event(json.dumps(bad).encode(), schema, MAX, (), served=("click",))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(EVENTS, min_size=1, max_size=6), st.lists(SERVED, min_size=6, max_size=6))
+def test_hostile_served_fields_match_or_decline(
+    shipped_config: PipelineConfig, events, served
+) -> None:
+    schema = shipped_config.feature_schema
+    events = [{**e, "served": s} for e, s in zip(events, served, strict=False)]
+    values = [json.dumps(e).encode() for e in events]
+    offsets = list(range(100, 100 + len(values)))
+    fast = decode_impression_batch(values, offsets, 3, schema, MAX, (), ("click",))
+    if fast is not None:
+        slow = _slow(values, schema, (), ("click",))
         assert slow is not None and fast.equals(slow)

@@ -1,0 +1,238 @@
+"""Online metrics: how each served version did on the traffic it answered.
+
+Passes cut from the served log (``PipelineConfig.served_tasks``) keep, per row, the version
+that scored it and the probability it gave each task, beside the labels joined to it. Per
+pass (a window), version and task this module keeps the AUC buckets and sums of
+``trainers.metrics``; summed over windows they give a version's AUC, logloss and COPC
+exactly as the cluster's distributed metrics are summed over workers. ``compare`` judges a
+version against the one that served before it on comparable traffic: only the windows
+where both answered labelled events (a swap's window, or every window while
+``serving.holdout_share`` keeps the predecessor on a share of the events).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from serving_export.delivery import registry_for, withdraw
+from streamrec.config import SERVED_VERSION, PipelineConfig, label_column, served_p_column
+from streamrec.passes import complete_passes, pass_dir, read_manifest
+from trainers.metrics import PassMetrics, metrics_from_stats, stats_from_predictions
+from trainers.models import AUC_BUCKETS
+
+
+@dataclass(frozen=True)
+class OnlineStats:
+    """Summable statistics of one version's labelled events for one task."""
+
+    pos: np.ndarray  # positives per score bucket
+    neg: np.ndarray  # negatives per score bucket
+    sums: dict[str, float]  # trainers.metrics.STAT_NAMES
+
+    def __add__(self, other: OnlineStats) -> OnlineStats:
+        sums = {k: self.sums[k] + other.sums[k] for k in self.sums}
+        return OnlineStats(self.pos + other.pos, self.neg + other.neg, sums)
+
+    @property
+    def count(self) -> int:
+        return round(self.sums["count"])
+
+    def metrics(self) -> PassMetrics:
+        return metrics_from_stats(self.pos, self.neg, self.sums)
+
+
+# window (pass id) -> version -> task -> stats
+WindowStats = dict[str, dict[str, dict[str, OnlineStats]]]
+
+
+def window_stats(cfg: PipelineConfig, pass_id: str) -> dict[str, dict[str, OnlineStats]]:
+    """Each served version's statistics per task over one pass's labelled rows (rows
+    without a served version or score, e.g. not written by ``streamrec serve``, left out);
+    empty for a pass not cut from the served log."""
+    if not cfg.served_tasks:
+        return {}
+    directory = pass_dir(cfg.paths.data_root, pass_id)
+    labels = {label.name: label_column(i, label.name) for i, label in enumerate(cfg.labels)}
+    columns = [SERVED_VERSION, *labels.values(), *map(served_p_column, cfg.served_tasks)]
+    parts = [
+        pq.read_table(directory / p.file, columns=columns) for p in read_manifest(directory).parts
+    ]
+    out: dict[str, dict[str, OnlineStats]] = {}
+    for table in parts:
+        if table.num_rows == 0:
+            continue
+        versions = table[SERVED_VERSION]
+        for version in pc.unique(versions).drop_null().to_pylist():
+            mine = table.filter(pc.equal(versions, version))
+            for task in cfg.served_tasks:
+                scored = mine.filter(pc.is_valid(mine[served_p_column(task)]))
+                if scored.num_rows == 0:
+                    continue
+                pos, neg, sums = stats_from_predictions(
+                    scored[served_p_column(task)].to_numpy(),
+                    scored[labels[task]].to_numpy(),
+                    AUC_BUCKETS,
+                )
+                stats = OnlineStats(pos, neg, sums)
+                tasks = out.setdefault(version, {})
+                tasks[task] = tasks[task] + stats if task in tasks else stats
+    return out
+
+
+def recent_window_stats(cfg: PipelineConfig, windows: int) -> WindowStats:
+    """``window_stats`` of the newest ``windows`` complete passes."""
+    return {p: window_stats(cfg, p) for p in complete_passes(cfg.paths.data_root)[-windows:]}
+
+
+@dataclass(frozen=True)
+class VersionOnline:
+    """One version's online metrics for one task, summed over the windows it answered."""
+
+    version: str
+    task: str
+    windows: list[str]
+    count: int
+    auc: float
+    logloss: float
+    copc: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "task": self.task,
+            "windows": self.windows,
+            "count": self.count,
+            "auc": _finite(self.auc),
+            "logloss": _finite(self.logloss),
+            "copc": _finite(self.copc),
+        }
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isnan(x) else round(x, 6)
+
+
+def by_version(stats: WindowStats, windows: Iterable[str] | None = None) -> list[VersionOnline]:
+    """Every version's metrics per task over ``windows`` (default: all of ``stats``), oldest
+    version first."""
+    chosen = sorted(stats if windows is None else windows)
+    summed: dict[tuple[str, str], tuple[OnlineStats, list[str]]] = {}
+    for window in chosen:
+        for version, tasks in stats.get(window, {}).items():
+            for task, s in tasks.items():
+                key = (version, task)
+                if key in summed:
+                    total, seen = summed[key]
+                    summed[key] = (total + s, [*seen, window])
+                else:
+                    summed[key] = (s, [window])
+    out = []
+    for (version, task), (s, seen) in sorted(summed.items()):
+        m = s.metrics()
+        out.append(VersionOnline(version, task, seen, s.count, m.auc, m.logloss, m.copc))
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A version against its predecessor on the windows where both answered."""
+
+    version: str
+    predecessor: str
+    task: str
+    windows: list[str] = field(default_factory=list)
+    count: int = 0
+    predecessor_count: int = 0
+    auc: float = math.nan
+    predecessor_auc: float = math.nan
+
+    @property
+    def drop(self) -> float:
+        """How much lower the version's AUC is than its predecessor's (NaN: unknown)."""
+        return self.predecessor_auc - self.auc
+
+    def enough(self, min_events: int) -> bool:
+        """Both sides answered at least ``min_events`` labelled events."""
+        return min(self.count, self.predecessor_count) >= min_events
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "version": self.version,
+            "predecessor": self.predecessor,
+            "task": self.task,
+            "windows": self.windows,
+            "count": self.count,
+            "predecessor_count": self.predecessor_count,
+            "auc": _finite(self.auc),
+            "predecessor_auc": _finite(self.predecessor_auc),
+        }
+
+
+def compare(stats: WindowStats, version: str, predecessor: str, task: str) -> Comparison:
+    """``version`` against ``predecessor`` for ``task``, on the windows where both answered
+    labelled events of it."""
+    shared = sorted(
+        w
+        for w, versions in stats.items()
+        if task in versions.get(version, {}) and task in versions.get(predecessor, {})
+    )
+    if not shared:
+        return Comparison(version, predecessor, task)
+    metrics = {m.version: m for m in by_version(stats, shared) if m.task == task}
+    mine, theirs = metrics[version], metrics[predecessor]
+    return Comparison(
+        version, predecessor, task, shared, mine.count, theirs.count, mine.auc, theirs.auc
+    )
+
+
+@dataclass(frozen=True)
+class OnlineCheck:
+    """What ``check`` saw and did."""
+
+    versions: list[VersionOnline]
+    comparison: Comparison | None  # the serving version against its predecessor
+    withdrawn: str | None = None  # the version rolled back, if one was
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "versions": [v.to_dict() for v in self.versions],
+            "comparison": self.comparison.to_dict() if self.comparison else None,
+            "withdrawn": self.withdrawn,
+            "reason": self.reason,
+        }
+
+
+def check(cfg: PipelineConfig) -> OnlineCheck:
+    """Every version's online metrics over the newest ``online.windows`` passes, recorded
+    in the registry (``/metrics`` of the services shows them); with ``online.rollback``,
+    the serving version is withdrawn and its predecessor serves again when its online AUC
+    is below the predecessor's by more than ``online.max_auc_drop`` on the windows where
+    both answered at least ``online.min_events`` labelled events."""
+    online = cfg.online
+    stats = recent_window_stats(cfg, online.windows)
+    versions = by_version(stats)
+    registry = registry_for(cfg)
+    for version in sorted({m.version for m in versions}):
+        registry.record_online(version, [m.to_dict() for m in versions if m.version == version])
+    serving = registry.serving_version()
+    predecessor = registry.predecessor(serving) if serving else None
+    if serving is None or predecessor is None:
+        return OnlineCheck(versions, None)
+    task = online.task or cfg.labels[0].name
+    c = compare(stats, serving, predecessor, task)
+    if not (online.rollback and c.enough(online.min_events) and c.drop > online.max_auc_drop):
+        return OnlineCheck(versions, c)
+    reason = (
+        f"online {task} AUC {c.auc:.4f} over {c.count} labelled events, below {predecessor}'s "
+        f"{c.predecessor_auc:.4f} over {c.predecessor_count} by more than "
+        f"{online.max_auc_drop} (windows {c.windows[0]}..{c.windows[-1]})"
+    )
+    withdraw(cfg, serving, predecessor, reason)
+    return OnlineCheck(versions, c, serving, reason)
