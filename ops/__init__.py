@@ -1,6 +1,7 @@
 """Operating a pipeline: the ``streamrec`` CLI, status of recent passes, the HTML report
-and its charts (``line_chart``, for any page of plots), retention, and Airflow's services
-run locally. It reads what every stage left behind, so it imports the stages; no stage
+and its charts (``line_chart``, for any page of plots), each served version's online
+metrics and the alarm and canary judged on them (``online``), retention, and Airflow's
+services run locally. It reads what every stage left behind, so it imports the stages; no stage
 imports it."""
 
 from streamrec.lazy import lazy_exports
@@ -8,6 +9,9 @@ from streamrec.lazy import lazy_exports
 _EXPORTS = {
     "Deletion": "ops.retention",
     "LocalAirflow": "ops.airflow_local",
+    "OnlineCheck": "ops.online",
+    "VersionOnline": "ops.online",
+    "judge_online": "ops.online",
     "PassRow": "ops.status",
     "ReferenceLine": "ops.charts",
     "RetentionResult": "ops.retention",

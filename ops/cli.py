@@ -119,6 +119,8 @@ def _deliver(args: argparse.Namespace) -> int:
     result = deliver(cfg, args.version)
     serving = registry_for(cfg).serving_version()
     print(json.dumps({**result, "serving": serving}))
+    if result.get("candidate") or registry_for(cfg).candidate() == args.version:
+        return 0  # on canary: `streamrec online` promotes or withdraws it
     if serving != args.version:
         print(
             f"error: {serving} is newer and serves; use 'streamrec rollback' to go back",
@@ -161,9 +163,9 @@ def _rollback(args: argparse.Namespace) -> int:
 
 
 def _online(args: argparse.Namespace) -> int:
-    from ops.online import check
+    from ops.online import judge_online
 
-    result = check(_config(args.config))
+    result = judge_online(_config(args.config))
     print(json.dumps(result.to_dict(), indent=2 if args.pretty else None))
     return 0
 

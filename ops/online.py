@@ -5,9 +5,10 @@ that scored it and the probability it gave each task, beside the labels joined t
 pass (a window), version and task this module keeps the AUC buckets and sums of
 ``trainers.metrics``; summed over windows they give a version's AUC, logloss and COPC
 exactly as the cluster's distributed metrics are summed over workers. ``compare`` judges a
-version against the one that served before it on comparable traffic: only the windows
-where both answered labelled events (a swap's window, or every window while
-``serving.holdout_share`` keeps the predecessor on a share of the events).
+version against a baseline on comparable traffic: only the windows where both answered
+labelled events (a swap's window, or every window while a share of requests goes to the
+predecessor, ``serving.holdout_share``, or to a candidate, ``serving.canary_share``).
+``judge_online`` acts on it: the canary's promotion, the alarm's rollback.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from serving_export.delivery import registry_for, withdraw
+from serving_export.delivery import promote, registry_for, withdraw, withdraw_candidate
 from streamrec.config import SERVED_VERSION, PipelineConfig, label_column, served_p_column
 from streamrec.passes import complete_passes, pass_dir, read_manifest
 from trainers.metrics import PassMetrics, metrics_from_stats, stats_from_predictions
@@ -60,13 +61,12 @@ def window_stats(cfg: PipelineConfig, pass_id: str) -> dict[str, dict[str, Onlin
     directory = pass_dir(cfg.paths.data_root, pass_id)
     labels = {label.name: label_column(i, label.name) for i, label in enumerate(cfg.labels)}
     columns = [SERVED_VERSION, *labels.values(), *map(served_p_column, cfg.served_tasks)]
-    parts = [
-        pq.read_table(directory / p.file, columns=columns) for p in read_manifest(directory).parts
-    ]
     out: dict[str, dict[str, OnlineStats]] = {}
-    for table in parts:
-        if table.num_rows == 0:
-            continue
+    for part in read_manifest(directory).parts:
+        path = directory / part.file
+        if part.rows == 0 or SERVED_VERSION not in pq.read_schema(path).names:
+            continue  # cut before the pipeline read the served log
+        table = pq.read_table(path, columns=columns)
         versions = table[SERVED_VERSION]
         for version in pc.unique(versions).drop_null().to_pylist():
             mine = table.filter(pc.equal(versions, version))
@@ -141,63 +141,66 @@ def by_version(stats: WindowStats, windows: Iterable[str] | None = None) -> list
 
 @dataclass(frozen=True)
 class Comparison:
-    """A version against its predecessor on the windows where both answered."""
+    """A version against a baseline (the serving version, or the predecessor) on the
+    windows where both answered."""
 
     version: str
-    predecessor: str
+    baseline: str
     task: str
     windows: list[str] = field(default_factory=list)
     count: int = 0
-    predecessor_count: int = 0
+    baseline_count: int = 0
     auc: float = math.nan
-    predecessor_auc: float = math.nan
+    baseline_auc: float = math.nan
 
     @property
     def drop(self) -> float:
-        """How much lower the version's AUC is than its predecessor's (NaN: unknown)."""
-        return self.predecessor_auc - self.auc
+        """How much lower the version's AUC is than the baseline's (NaN: unknown)."""
+        return self.baseline_auc - self.auc
 
     def enough(self, min_events: int) -> bool:
         """Both sides answered at least ``min_events`` labelled events."""
-        return min(self.count, self.predecessor_count) >= min_events
+        return min(self.count, self.baseline_count) >= min_events
 
     def to_dict(self) -> dict[str, object]:
         return {
             "version": self.version,
-            "predecessor": self.predecessor,
+            "baseline": self.baseline,
             "task": self.task,
             "windows": self.windows,
             "count": self.count,
-            "predecessor_count": self.predecessor_count,
+            "baseline_count": self.baseline_count,
             "auc": _finite(self.auc),
-            "predecessor_auc": _finite(self.predecessor_auc),
+            "baseline_auc": _finite(self.baseline_auc),
         }
 
 
-def compare(stats: WindowStats, version: str, predecessor: str, task: str) -> Comparison:
-    """``version`` against ``predecessor`` for ``task``, on the windows where both answered
+def compare(stats: WindowStats, version: str, baseline: str, task: str) -> Comparison:
+    """``version`` against ``baseline`` for ``task``, on the windows where both answered
     labelled events of it."""
     shared = sorted(
         w
         for w, versions in stats.items()
-        if task in versions.get(version, {}) and task in versions.get(predecessor, {})
+        if task in versions.get(version, {}) and task in versions.get(baseline, {})
     )
     if not shared:
-        return Comparison(version, predecessor, task)
+        return Comparison(version, baseline, task)
     metrics = {m.version: m for m in by_version(stats, shared) if m.task == task}
-    mine, theirs = metrics[version], metrics[predecessor]
+    mine, theirs = metrics[version], metrics[baseline]
     return Comparison(
-        version, predecessor, task, shared, mine.count, theirs.count, mine.auc, theirs.auc
+        version, baseline, task, shared, mine.count, theirs.count, mine.auc, theirs.auc
     )
 
 
 @dataclass(frozen=True)
 class OnlineCheck:
-    """What ``check`` saw and did."""
+    """What ``judge_online`` saw and did."""
 
     versions: list[VersionOnline]
-    comparison: Comparison | None  # the serving version against its predecessor
-    withdrawn: str | None = None  # the version rolled back, if one was
+    # the candidate against the serving version, or the serving one against its predecessor
+    comparison: Comparison | None
+    withdrawn: str | None = None  # the version withdrawn, if one was
+    promoted: str | None = None  # the candidate promoted, if one was
     reason: str | None = None
 
     def to_dict(self) -> dict[str, object]:
@@ -205,16 +208,29 @@ class OnlineCheck:
             "versions": [v.to_dict() for v in self.versions],
             "comparison": self.comparison.to_dict() if self.comparison else None,
             "withdrawn": self.withdrawn,
+            "promoted": self.promoted,
             "reason": self.reason,
         }
 
 
-def check(cfg: PipelineConfig) -> OnlineCheck:
+def _worse(c: Comparison, max_auc_drop: float) -> str:
+    return (
+        f"online {c.task} AUC {c.auc:.4f} over {c.count} labelled events, below "
+        f"{c.baseline}'s {c.baseline_auc:.4f} over {c.baseline_count} by more than "
+        f"{max_auc_drop} (windows {c.windows[0]}..{c.windows[-1]})"
+    )
+
+
+def judge_online(cfg: PipelineConfig) -> OnlineCheck:
     """Every version's online metrics over the newest ``online.windows`` passes, recorded
-    in the registry (``/metrics`` of the services shows them); with ``online.rollback``,
-    the serving version is withdrawn and its predecessor serves again when its online AUC
-    is below the predecessor's by more than ``online.max_auc_drop`` on the windows where
-    both answered at least ``online.min_events`` labelled events."""
+    in the registry (``/metrics`` of the services shows them); then one judgement on the
+    windows two versions shared, once each answered ``online.min_events`` labelled events
+    there, ``online.max_auc_drop`` the bar:
+
+    - a candidate (``serving.canary_share``) against the serving version: promoted, or
+      withdrawn when its AUC is lower by more than the bar;
+    - else, with ``online.rollback``, the serving version against its predecessor: when
+      lower by more than the bar it is withdrawn and its predecessor serves again."""
     online = cfg.online
     stats = recent_window_stats(cfg, online.windows)
     versions = by_version(stats)
@@ -222,17 +238,25 @@ def check(cfg: PipelineConfig) -> OnlineCheck:
     for version in sorted({m.version for m in versions}):
         registry.record_online(version, [m.to_dict() for m in versions if m.version == version])
     serving = registry.serving_version()
-    predecessor = registry.predecessor(serving) if serving else None
-    if serving is None or predecessor is None:
+    if serving is None:
         return OnlineCheck(versions, None)
     task = online.task or cfg.labels[0].name
+    if (candidate := registry.candidate()) is not None:
+        c = compare(stats, candidate, serving, task)
+        if not c.enough(online.min_events):
+            return OnlineCheck(versions, c)
+        if c.drop > online.max_auc_drop:
+            reason = _worse(c, online.max_auc_drop)
+            withdraw_candidate(cfg, candidate, reason)
+            return OnlineCheck(versions, c, withdrawn=candidate, reason=reason)
+        promote(cfg, candidate)
+        return OnlineCheck(versions, c, promoted=candidate)
+    predecessor = registry.predecessor(serving)
+    if predecessor is None:
+        return OnlineCheck(versions, None)
     c = compare(stats, serving, predecessor, task)
     if not (online.rollback and c.enough(online.min_events) and c.drop > online.max_auc_drop):
         return OnlineCheck(versions, c)
-    reason = (
-        f"online {task} AUC {c.auc:.4f} over {c.count} labelled events, below {predecessor}'s "
-        f"{c.predecessor_auc:.4f} over {c.predecessor_count} by more than "
-        f"{online.max_auc_drop} (windows {c.windows[0]}..{c.windows[-1]})"
-    )
+    reason = _worse(c, online.max_auc_drop)
     withdraw(cfg, serving, predecessor, reason)
-    return OnlineCheck(versions, c, serving, reason)
+    return OnlineCheck(versions, c, withdrawn=serving, reason=reason)

@@ -231,6 +231,7 @@ def serving_summary(cfg: PipelineConfig, now: float | None = None) -> dict[str, 
         "age_seconds": None,
         "replicas": [asdict(note) for note in registry.replicas()],
         "online": [m.to_dict() for m in by_version(recent_window_stats(cfg, cfg.online.windows))],
+        "candidate": registry.candidate(),
         "withdrawn": registry.withdrawn(),
     }
     if version is not None:
@@ -251,6 +252,8 @@ def format_serving(summary: dict[str, Any]) -> str:
         if replica.get("logged") is not None:  # a replica with a served log says how it goes
             logged = f"; logged {replica['logged']}, could not log {replica['unlogged']}"
         held = f" ({replica['held']} answers the holdout share)" if replica.get("held") else ""
+        if replica.get("canary"):
+            held += f" (candidate {replica['canary']} answers the canary share)"
         lines.append(
             f"  {replica['replica']:<24} on {replica['host']:<12} serves "
             f"{replica['version'] or 'nothing yet'}{held}{logged}"
@@ -261,6 +264,8 @@ def format_serving(summary: dict[str, Any]) -> str:
             f"{_figure(m['logloss'])} COPC {_figure(m['copc'])} over {m['count']} labelled "
             f"events in {len(m['windows'])} windows"
         )
+    if summary.get("candidate"):
+        lines.append(f"  candidate on canary: {summary['candidate']}")
     for version, note in sorted(summary.get("withdrawn", {}).items()):
         lines.append(f"  withdrawn {version}: {note['reason']}")
     return "\n".join(lines)

@@ -7,7 +7,8 @@ its ``manifest`` with freshness and checksums, published by rename) and register
 ``delivery.deliver`` writes its embeddings to the Redis store when that is the one in use
 (``sparse_store``) and switches the serving pointer (``registry``). ``service`` (``streamrec
 serve``) follows the pointer, rebuilds each version from its lineage and scores events with
-a ``predictor``.
+a ``predictor``; with a served log (``served_log``) it logs what it scored, and a
+candidate or the predecessor answer their shares of requests.
 """
 
 from streamrec.lazy import lazy_exports
@@ -34,5 +35,9 @@ _EXPORTS = {
     "publish": "serving_export.delivery",
     "registry_for": "serving_export.delivery",
     "verify_artifact": "serving_export.artifact",
+    "promote": "serving_export.delivery",
+    "withdraw": "serving_export.delivery",
+    "withdraw_candidate": "serving_export.delivery",
+    "ServedLog": "serving_export.served_log",
 }
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -99,11 +99,28 @@ def sparse_store_for(cfg: PipelineConfig) -> InProcessStore | RedisStore:
 
 
 def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
-    """Make ``version`` the serving model, unless a newer one already serves. With the
-    Redis sparse store its embeddings are written first: the pointer never names a version
-    whose embeddings are incomplete."""
+    """Make ``version`` the serving model, unless a newer one already serves; with
+    ``serving.canary_share`` (and a version serving) make it the candidate instead, which
+    ``streamrec online`` promotes or withdraws on its online metrics. With the Redis sparse
+    store its embeddings are written first: the pointer never names a version whose
+    embeddings are incomplete."""
     store = sparse_store_for(cfg)
     pushed = store.push(version) if isinstance(store, RedisStore) else None
+    registry = registry_for(cfg)
+    serving = registry.serving_version()
+    if cfg.serving.canary_share > 0 and serving is not None:
+        before, proposed = registry.propose(version)
+        log.info("%s on canary: %s", version, proposed or f"not after {before} / {serving}")
+        result = {"version": version, "previous": serving, "switched": False, "at": time.time()}
+        return result | {"candidate": proposed}
+    return promote(cfg, version, pushed)
+
+
+def promote(
+    cfg: PipelineConfig, version: str, pushed: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Move the serving pointer to ``version`` unless a newer one serves (its embeddings
+    already in the store); the delivery's record, kept with the pass's status."""
     previous, switched = registry_for(cfg).promote(version)
     result = {"version": version, "previous": previous, "switched": switched, "at": time.time()}
     if pushed is not None:
@@ -114,6 +131,14 @@ def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
     else:
         log.info("not switching to %s: %s already serves", version, previous)
     return result
+
+
+def withdraw_candidate(cfg: PipelineConfig, version: str, reason: str) -> bool:
+    """Withdraw the candidate ``version`` for ``reason``; what serves is unchanged."""
+    withdrawn = registry_for(cfg).withdraw_candidate(version, reason)
+    if withdrawn:
+        log.warning("candidate %s withdrawn: %s", version, reason)
+    return withdrawn
 
 
 def withdraw(cfg: PipelineConfig, version: str, to: str, reason: str) -> tuple[str | None, bool]:

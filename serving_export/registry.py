@@ -37,6 +37,7 @@ class ReplicaNote:
     logged: int | None = None  # served events logged to Kafka (None: no served log)
     unlogged: int | None = None  # ... and those that could not be
     held: str | None = None  # the predecessor answering serving.holdout_share, if any
+    canary: str | None = None  # the candidate answering serving.canary_share, if any
 
 
 class ModelRegistry:
@@ -121,6 +122,47 @@ class ModelRegistry:
         raw = self._r.hget(self._keys.registry_online(self._model), version)
         return json.loads(raw) if raw else []
 
+    def candidate(self) -> str | None:
+        """The version on canary: answering ``serving.canary_share`` until ``streamrec
+        online`` promotes or withdraws it."""
+        return self._r.get(self._keys.registry_candidate(self._model))
+
+    def propose(self, version: str) -> tuple[str | None, bool]:
+        """Make ``version`` the candidate unless it was withdrawn, or the same or a newer
+        version serves or is the candidate (a newer candidate replaces an older one, never
+        judged). Returns the candidate before and whether it changed."""
+        pointer = self._keys.registry_serving(self._model)
+        candidate = self._keys.registry_candidate(self._model)
+        withdrawn = self._keys.registry_withdrawn(self._model)
+        self.manifest(version)
+
+        def put(pipe: redis.client.Pipeline) -> tuple[str | None, bool]:
+            serving, before = pipe.get(pointer), pipe.get(candidate)
+            newer = all(v is None or version > v for v in (serving, before))
+            if not newer or pipe.hexists(withdrawn, version):
+                return before, False
+            pipe.multi()
+            pipe.set(candidate, version)
+            return before, True
+
+        return self._r.transaction(put, pointer, candidate, withdrawn, value_from_callable=True)
+
+    def withdraw_candidate(self, version: str, reason: str) -> bool:
+        """Withdraw the candidate ``version`` for ``reason`` (never proposed or promoted
+        again); False when it is no longer the candidate."""
+        candidate = self._keys.registry_candidate(self._model)
+        withdrawn = self._keys.registry_withdrawn(self._model)
+
+        def drop(pipe: redis.client.Pipeline) -> bool:
+            if pipe.get(candidate) != version:
+                return False
+            pipe.multi()
+            pipe.hset(withdrawn, version, json.dumps({"reason": reason, "at": time.time()}))
+            pipe.delete(candidate)
+            return True
+
+        return self._r.transaction(drop, candidate, value_from_callable=True)
+
     def promote(self, version: str) -> tuple[str | None, bool]:
         """Make ``version`` serve unless the same or a newer version already does, or it
         was withdrawn. Returns the version serving before and whether the pointer moved."""
@@ -142,6 +184,7 @@ class ModelRegistry:
         pointer = self._keys.registry_serving(self._model)
         versions = self._keys.registry_versions(self._model)
         withdrawn = self._keys.registry_withdrawn(self._model)
+        candidate = self._keys.registry_candidate(self._model)
 
         # redis-py runs this again whenever the pointer moved before EXEC (WATCH)
         def switch(pipe: redis.client.Pipeline) -> tuple[str | None, bool]:
@@ -150,6 +193,7 @@ class ModelRegistry:
                 return previous, False
             manifest = ArtifactManifest.parse(pipe.hget(versions, version), versions)
             served = manifest.served(datetime.now(UTC).isoformat())
+            proposed = pipe.get(candidate)
             record: dict[str, Any] = {"version": version, "previous": previous, "ts": time.time()}
             pipe.multi()
             if withdraw is not None:
@@ -158,8 +202,10 @@ class ModelRegistry:
                 pipe.hset(withdrawn, gone, json.dumps(note))
                 record["reason"] = f"{gone} withdrawn: {reason}"
             pipe.set(pointer, version)
+            if proposed is not None and proposed <= version:
+                pipe.delete(candidate)  # judged, or older than what serves now
             pipe.hset(versions, version, served.to_json())
             pipe.lpush(self._keys.registry_history(self._model), json.dumps(record))
             return previous, True
 
-        return self._r.transaction(switch, pointer, withdrawn, value_from_callable=True)
+        return self._r.transaction(switch, pointer, withdrawn, candidate, value_from_callable=True)

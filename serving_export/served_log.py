@@ -5,7 +5,8 @@ that topic, keyed by its event id: an impression as the pass builder reads it (`
 ``event_time`` = when it was served, ``sparse`` and ``dense`` exactly as validated and
 scored, defaults filled in) with what served it (``served``: the version, each task's
 probability, the time in ms). So the served log can itself be the impressions a pass is
-cut from: what trains is what served.
+cut from: what trains is what served, and the pass keeps which version scored each row and
+how (``ops.online`` judges every version on that).
 
 Records go to librdkafka (``confluent_kafka``), which batches and sends them from threads
 of its own, outside Python: a request only serializes its records and appends them to

@@ -191,6 +191,8 @@ class ServingState:
         self.current: Predictor | None = None
         # with serving.holdout_share: the version that served before the current one
         self.held: Predictor | None = None
+        # with serving.canary_share: the candidate, not serving yet
+        self.canary: Predictor | None = None
         self.served_at: str | None = None  # when the registry made it serve
         # (version, just before, just after its swap): a request that read the reference
         # between two swaps was scored by the version between them
@@ -201,11 +203,15 @@ class ServingState:
         self.current, self.served_at = predictor, served_at
         self.swaps.append((predictor.version, before, time.time()))
 
-    def answering(self, holdout_share: float) -> Predictor | None:
-        """The version that answers a request: the current one, or for a random
-        ``holdout_share`` of requests the held-out predecessor, where one is loaded."""
-        held = self.held
-        if held is not None and random.random() < holdout_share:
+    def answering(self, canary_share: float, holdout_share: float) -> Predictor | None:
+        """The version that answers a request, drawn at random: the candidate for a
+        ``canary_share`` of requests, the held-out predecessor for a ``holdout_share``
+        (each where one is loaded), the current version for the rest."""
+        draw = random.random()
+        canary, held = self.canary, self.held
+        if canary is not None and draw < canary_share:
+            return canary
+        if held is not None and canary_share <= draw < canary_share + holdout_share:
             return held
         return self.current
 
@@ -248,14 +254,16 @@ class VersionFollower:
         """Load the pointer's version if it is not the one serving (and, with a holdout
         share, the version before it)."""
         version = self._registry.serving_version()
-        current = self._state.current
+        current, canary = self._state.current, self._state.canary  # before the candidate moves
+        if self._cfg.canary_share > 0:
+            self._follow_candidate()
         if version is None or (current is not None and current.version == version):
             if current is not None and self._cfg.holdout_share > 0:
                 self._hold(current.version)
             return
         started = time.perf_counter()
-        try:
-            predictor = self._load(version)
+        try:  # a candidate promoted is loaded already
+            predictor = canary if canary and canary.version == version else self._load(version)
         except Exception as e:  # a bad version must not stop the one serving
             self._metrics.load_failures.inc()
             if self._failed != version:
@@ -296,6 +304,26 @@ class VersionFollower:
             self._cfg.runtime,
         )
 
+    def _follow_candidate(self) -> None:
+        """Load the registry's candidate to answer the canary share (drop it once gone);
+        one that cannot be loaded is logged once and answers nothing."""
+        wanted = self._registry.candidate()
+        canary = self._state.canary
+        if wanted is None or (canary is not None and canary.version == wanted):
+            if wanted is None:
+                self._state.canary = None
+            return
+        if wanted == self._failed:
+            return
+        try:
+            self._state.canary = self._load(wanted)
+            share = 100 * self._cfg.canary_share
+            log.info("candidate %s answers %.1f%% of requests", wanted, share)
+        except Exception as e:
+            log.error("cannot load candidate %s; it answers nothing: %s", wanted, e)
+            self._state.canary = None
+            self._failed = wanted
+
     def _hold(self, version: str) -> None:
         """Keep the version that served before ``version`` answering the holdout share; a
         version that cannot be loaded is logged once and the current one answers all."""
@@ -319,17 +347,20 @@ class VersionFollower:
 
     def note(self) -> None:
         """Tell the registry what this replica serves (``streamrec status`` lists it): at
-        once when the version changed, else often enough to keep the note alive."""
+        once when a version answering changed, else often enough to keep the note alive;
+        and read the answering versions' online metrics for ``/metrics``."""
         current, swaps = self._state.current, self._state.swaps
         version = current.version if current else None
         now = time.time()
         ttl_s = max(10.0, 5 * self._cfg.poll_seconds)
         noted = self._noted
-        if noted is not None and noted.version == version and now - noted.noted_at < ttl_s / 3:
+        held, canary = self._state.held, self._state.canary
+        answering = (version, held and held.version, canary and canary.version)
+        same = noted is not None and (noted.version, noted.held, noted.canary) == answering
+        if same and now - noted.noted_at < ttl_s / 3:
             return
         loaded_at = swaps[-1][2] if swaps else None
         logged = self._served_log.counts() if self._served_log else None
-        held = self._state.held
         note = ReplicaNote(
             self._replica,
             socket.gethostname(),
@@ -339,11 +370,11 @@ class VersionFollower:
             logged.logged if logged else None,
             logged.unlogged if logged else None,
             held.version if held else None,
+            canary.version if canary else None,
         )
         self._registry.note_replica(note, ttl_s)
         self._noted = note
-        held = self._state.held
-        shown = [v for v in (version, held.version if held else None) if v is not None]
+        shown = [p.version for p in (current, held, canary) if p is not None]
         self.online = [m for v in shown for m in self._registry.online(v)]
 
     def _run(self) -> None:
@@ -526,7 +557,7 @@ def create_app(
         try:
             body = await _read_body(request, cfg.max_body_bytes)
             # read once: this request's version, whatever swaps
-            predictor = state.answering(cfg.holdout_share)
+            predictor = state.answering(cfg.canary_share, cfg.holdout_share)
             if predictor is None:
                 raise RequestRejected(503, "not_ready", "no model version is loaded yet")
             # parsed and scored with the requests waiting beside it

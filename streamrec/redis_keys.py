@@ -27,6 +27,7 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
     registry:<model>:versions      HASH    version -> artifact MANIFEST.json
     registry:<model>:serving       STRING  the version serving reads
     registry:<model>:history       LIST    JSON records of every pointer switch, newest first
+    registry:<model>:candidate     STRING  the version on canary (serving.canary_share), if any
     registry:<model>:withdrawn     HASH    version -> JSON {reason, at} of a version the online
                                            alarm rolled back: never promoted again
     registry:<model>:online        HASH    version -> JSON list of its online metrics per
@@ -113,6 +114,9 @@ class RedisKeys:
 
     def registry_history(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:history"
+
+    def registry_candidate(self, model: str) -> str:
+        return f"{self.prefix}:registry:{model}:candidate"
 
     def registry_withdrawn(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:withdrawn"

@@ -126,6 +126,16 @@ class ServingConfig(_Strict):
         "current one keeps answering after a swap: online metrics then compare the two on "
         "the same windows and traffic (online.rollback). 0: every event gets the current.",
     )
+    canary_share: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Share of requests (at random) a newly delivered version answers as a "
+        "candidate before it serves: `streamrec online` promotes it once it answered "
+        "online.min_events labelled events in the windows it shared with the serving "
+        "version without an AUC below it by more than online.max_auc_drop, and withdraws it "
+        "otherwise. 0: a delivered version serves at once.",
+    )
     bearer_token_env: str | None = Field(
         None,
         description="Environment variable holding a token: /predict and /version then need "

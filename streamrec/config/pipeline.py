@@ -99,10 +99,19 @@ class PipelineConfig(_Strict):
         names = [label.name for label in self.labels]
         if self.online.task is not None and self.online.task not in names:
             raise ValueError(f"online.task: name a label of the pipeline ({names})")
-        if self.online.rollback and not self.served_tasks:
+        for key, on in (
+            ("online.rollback", self.online.rollback),
+            ("serving.canary_share", self.serving.canary_share > 0),
+        ):
+            if on and not self.served_tasks:
+                raise ValueError(
+                    f"{key} needs passes cut from the served log: set "
+                    "kafka.impressions_topic to serving.log_topic"
+                )
+        if self.serving.canary_share + self.serving.holdout_share >= 1:
             raise ValueError(
-                "online.rollback needs passes cut from the served log: set "
-                "kafka.impressions_topic to serving.log_topic"
+                "serving.canary_share + serving.holdout_share must stay below 1: the "
+                "serving version answers the rest"
             )
         return self
 

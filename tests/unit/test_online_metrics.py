@@ -49,9 +49,9 @@ def test_a_comparison_reads_only_the_windows_both_versions_answered() -> None:
         "202611280001": {"v1": {"click": _stats(*good)}, "v2": {"click": _stats(*bad)}},
     }
     c = compare(stats, "v2", "v1", "click")
-    assert c.windows == ["202611280001"] and (c.count, c.predecessor_count) == (2000, 2000)
+    assert c.windows == ["202611280001"] and (c.count, c.baseline_count) == (2000, 2000)
     assert c.auc == pytest.approx(exact_auc(*bad), abs=2e-3)
-    assert c.predecessor_auc == pytest.approx(exact_auc(*good), abs=2e-3)
+    assert c.baseline_auc == pytest.approx(exact_auc(*good), abs=2e-3)
     assert c.drop > 0.1 and c.enough(2000) and not c.enough(2001)
     nothing = compare(stats, "v3", "v1", "click")
     assert nothing.windows == [] and math.isnan(nothing.drop) and not nothing.enough(1)

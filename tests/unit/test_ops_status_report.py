@@ -176,3 +176,26 @@ def test_each_further_task_has_its_column_its_auc_plot_and_its_copc_line() -> No
     assert len(conversion["AUC conversion"]) == 3 and len(conversion["best reachable"]) == 3
     copc = parser.per_plot[[p.key for p in drawn].index("copc")]
     assert len(copc["COPC"]) == 4 and len(copc["COPC conversion"]) == 3
+
+
+def test_each_version_s_online_auc_is_drawn_against_its_progressive_auc() -> None:
+    from ops.online import VersionOnline
+    from ops.report import progressive_auc_of
+
+    rows = [_trained(f"2026010100{i:02d}", 0.6 + i / 100) for i in range(4)]
+    online = [
+        VersionOnline("202601010000", "click", ["202601010002"], 900, 0.71, 0.4, 1.0),
+        VersionOnline("202601010001", "click", ["202601010002"], 950, 0.55, 0.5, 1.2),
+    ]
+    # a version's progressive AUC: its model on the next trained pass, before training on it
+    assert progressive_auc_of("202601010001", rows) == rows[2].auc
+    assert progressive_auc_of("202601010003", rows) is None
+    without = _Points()
+    without.feed(render("demo", rows, format_table(rows), TARGET))  # no online metrics
+    parser = _Points()
+    parser.feed(render("demo", rows, format_table(rows), TARGET, online=online))
+    assert len(parser.per_plot) == len(without.per_plot) + 1  # and no more
+    points = parser.per_plot[-1]
+    assert set(points) == {"online AUC, click", "progressive AUC"}
+    assert len(points["online AUC, click"]) == 2 and len(points["progressive AUC"]) == 2
+    assert "Online AUC" in "".join(parser.texts[-1])
