@@ -11,6 +11,7 @@
     streamrec publish --config C --raw-export D   package a raw export as a version
     streamrec deliver --config C --version V      make a published version serve
     streamrec rollback --config C [--version V]   serve an older version again
+    streamrec online --config C                   served versions' online metrics; alarm, canary
     streamrec retention --config C [--dry-run]    delete what retention allows
     streamrec schema --config C [--event click]   the JSON Schema producers validate against
 
@@ -23,9 +24,12 @@ left untrained; 130 stopped by Ctrl-C or SIGTERM. Every subcommand runs in one f
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import sys
 from collections.abc import Callable
+from importlib.metadata import entry_points
+from importlib.util import find_spec
 from pathlib import Path
 
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
@@ -33,6 +37,23 @@ from streamrec.entry import run_command
 from streamrec.errors import ConfigError
 
 ATTENTION = 5
+
+
+PLUGINS = "streamrec.commands"  # entry points of installed packages: name -> module:main
+
+
+def plugin_commands() -> dict[str, tuple[str, str]]:
+    """Commands other installed packages add (the demo, a composition root above this CLI,
+    adds ``streamrec demo``): name -> (their module, the first line of its docstring),
+    read without importing it."""
+    commands = {}
+    for point in entry_points(group=PLUGINS):
+        module = point.value.split(":")[0]
+        spec = find_spec(module)
+        source = Path(spec.origin).read_text() if spec and spec.origin else ""
+        doc = ast.get_docstring(ast.parse(source)) or ""
+        commands[point.name] = (module, doc.split("\n")[0])
+    return commands
 
 
 def _delegate(module: str) -> Callable[[list[str]], int]:
@@ -47,7 +68,6 @@ def _delegate(module: str) -> Callable[[list[str]], int]:
 
 
 DELEGATED = {
-    "demo": ("demo.__main__", "run the whole loop locally (--live: with Airflow, until Ctrl-C)"),
     "produce": ("streaming.producer", "push events to Kafka: a file, synthetic or live"),
     "build-passes": ("streaming.pass_builder", "cut Kafka topics into passes, until Ctrl-C"),
     "cluster": ("trainers.launcher", "run the parameter-server cluster, until Ctrl-C"),
@@ -204,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="streamrec", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (_, help_) in DELEGATED.items():
+    for name, (_, help_) in (plugin_commands() | DELEGATED).items():
         sub.add_parser(name, help=help_, add_help=False)
 
     def command(name: str, help_: str, run: Callable[[argparse.Namespace], int]):
@@ -247,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in DELEGATED:
         return _delegate(DELEGATED[argv[0]][0])(argv[1:])
+    if argv and (plugin := plugin_commands().get(argv[0])):
+        return _delegate(plugin[0])(argv[1:])
     args = _parser().parse_args(argv)
     return run_command(lambda: args.run(args))
 

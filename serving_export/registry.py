@@ -109,7 +109,8 @@ class ModelRegistry:
         return None
 
     def withdrawn(self) -> dict[str, dict[str, Any]]:
-        """Versions the online alarm withdrew: version -> {reason, at}."""
+        """Versions withdrawn on their online metrics (the alarm, the canary): version ->
+        {reason, at}."""
         raw = self._r.hgetall(self._keys.registry_withdrawn(self._model))
         return {version: json.loads(v) for version, v in raw.items()}
 

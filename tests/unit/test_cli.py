@@ -12,18 +12,19 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ops.cli import DELEGATED
+from ops.cli import DELEGATED, plugin_commands
 from streamrec.local_ports import free_port
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
-OWN = ["status", "report", "deliver", "rollback", "retention", "schema"]
+OWN = ["status", "report", "deliver", "rollback", "online", "retention", "schema"]
+PLUGINS = list(plugin_commands())  # the demo, from the entry point group
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("command", [*DELEGATED, *OWN])
+@pytest.mark.parametrize("command", [*DELEGATED, *PLUGINS, *OWN])
 def test_every_subcommand_has_help(command: str) -> None:
     out = _run(command, "--help")
     assert out.returncode == 0, out.stderr
@@ -33,7 +34,8 @@ def test_every_subcommand_has_help(command: str) -> None:
 def test_top_level_help_lists_every_subcommand_and_the_exit_codes() -> None:
     out = _run("--help")
     assert out.returncode == 0
-    assert all(c in out.stdout for c in [*DELEGATED, *OWN])
+    assert PLUGINS == ["demo"]
+    assert all(c in out.stdout for c in [*DELEGATED, *PLUGINS, *OWN])
     assert "Exit codes" in out.stdout
 
 
