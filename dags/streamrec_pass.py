@@ -18,7 +18,7 @@ a run that failed holds the later ones until it is cleared, so no pass is ever s
 | `day_end` | `pass_sequence.day_end` | after a day's last pass: shrink, retention |
 | `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
 | `deliver_newest` | as `export`, then `deliver` | the newest pass `catch_up` trained; or skipped |
-| `judge_online` | `online.judge_online` | online metrics, alarm, canary (served-log passes) |
+| `judge_online` | `online.judge_online` | online metrics, alarm, canary (only with a served log) |
 
 The order is `ops/pass_sequence.py`'s (`run_pass`), which the demo and the serving tests
 run whole. A pass is delivered as soon as its gate passes it; the day-end and catch-up
@@ -210,14 +210,12 @@ def streamrec_pass():
     def judge_online(pass_id: str) -> dict[str, Any]:
         from ops.online import judge_online as judge
 
-        cfg = _config()
-        if not cfg.served_tasks:
-            raise AirflowSkipException("passes are not cut from the served log")
         log.info("online metrics with pass %s's window", pass_id)
-        return judge(cfg).to_dict()
+        return judge(_config()).to_dict()
 
     pass_id = wait_pass()
-    judge_online(pass_id)  # beside training: the served versions, judged on this window
+    if CFG.served_tasks:  # passes cut from the served log: judged beside training
+        judge_online(pass_id)
     decision = evaluate(train_pass(pass_id))
     delivered = deliver(export(pass_id, decision))
     ended = day_end(pass_id)
