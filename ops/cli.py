@@ -107,7 +107,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ops.online import by_version, recent_window_stats
+    from ops.online import online_of
     from ops.report import render
     from ops.status import (
         cluster_summary,
@@ -122,10 +122,10 @@ def _report(args: argparse.Namespace) -> int:
 
     cfg = _config(args.config)
     rows = recent_passes(cfg, args.limit)
-    serving = serving_summary(cfg)
+    online = online_of(cfg)  # read once: the status text and the chart
+    serving = serving_summary(cfg, online=online)
     status = [format_table(rows), format_serving(serving), format_cluster(cluster_summary(cfg))]
     target = stale_after_seconds(cfg.passes.pass_minutes)  # the freshness plot's target line
-    online = by_version(recent_window_stats(cfg, cfg.online.windows))
     page = render(cfg.name, rows, "\n\n".join(status), target, online=online)
     write_text_atomic(args.out.resolve(), page)
     print(f"wrote {args.out} ({len(rows)} passes)")
@@ -137,9 +137,13 @@ def _deliver(args: argparse.Namespace) -> int:
 
     cfg = _config(args.config)
     result = deliver(cfg, args.version)
-    serving = registry_for(cfg).serving_version()
+    registry = registry_for(cfg)
+    serving = registry.serving_version()
     print(json.dumps({**result, "serving": serving}))
-    if result.get("candidate") or registry_for(cfg).candidate() == args.version:
+    if (withdrawn := registry.withdrawn().get(args.version)) is not None:
+        print(f"error: {args.version} was withdrawn: {withdrawn['reason']}", file=sys.stderr)
+        return 1
+    if result.get("candidate") or registry.candidate() == args.version:
         return 0  # on canary: `streamrec online` promotes or withdraws it
     if serving != args.version:
         print(

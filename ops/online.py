@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import pyarrow.compute as pc
@@ -103,19 +103,15 @@ class VersionOnline:
     copc: float
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "version": self.version,
-            "task": self.task,
-            "windows": self.windows,
-            "count": self.count,
-            "auc": _finite(self.auc),
-            "logloss": _finite(self.logloss),
-            "copc": _finite(self.copc),
-        }
+        return _json(self)
 
 
-def _finite(x: float) -> float | None:
-    return None if math.isnan(x) else round(x, 6)
+def _json(record: VersionOnline | Comparison) -> dict[str, object]:
+    """A record's fields as JSON values: a NaN figure (no events) is null."""
+    return {
+        k: (None if math.isnan(v) else round(v, 6)) if isinstance(v, float) else v
+        for k, v in asdict(record).items()
+    }
 
 
 def by_version(stats: WindowStats, windows: Iterable[str] | None = None) -> list[VersionOnline]:
@@ -137,6 +133,11 @@ def by_version(stats: WindowStats, windows: Iterable[str] | None = None) -> list
         m = s.metrics()
         out.append(VersionOnline(version, task, seen, s.count, m.auc, m.logloss, m.copc))
     return out
+
+
+def online_of(cfg: PipelineConfig) -> list[VersionOnline]:
+    """Every version's online metrics over the newest ``online.windows`` passes."""
+    return by_version(recent_window_stats(cfg, cfg.online.windows))
 
 
 @dataclass(frozen=True)
@@ -163,16 +164,7 @@ class Comparison:
         return min(self.count, self.baseline_count) >= min_events
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "version": self.version,
-            "baseline": self.baseline,
-            "task": self.task,
-            "windows": self.windows,
-            "count": self.count,
-            "baseline_count": self.baseline_count,
-            "auc": _finite(self.auc),
-            "baseline_auc": _finite(self.baseline_auc),
-        }
+        return _json(self)
 
 
 def compare(stats: WindowStats, version: str, baseline: str, task: str) -> Comparison:

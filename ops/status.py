@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ops.catchup import CAUGHT_UP_FIELD, SUPERSEDED_FIELD
-from ops.online import by_version, recent_window_stats
+from ops.online import VersionOnline, online_of
 from serving_export.delivery import DELIVERED_FIELD, registry_for
 from streaming.synthetic import read_best_auc, read_best_task_auc
 from streamrec.config import PipelineConfig
@@ -219,18 +219,20 @@ def needs_attention(rows: list[PassRow]) -> bool:
     return any("stale" in row.flag for row in rows)
 
 
-def serving_summary(cfg: PipelineConfig, now: float | None = None) -> dict[str, Any]:
+def serving_summary(
+    cfg: PipelineConfig, now: float | None = None, online: list[VersionOnline] | None = None
+) -> dict[str, Any]:
     """The serving version, how old its data is (now minus its window end), what each
     running ``streamrec serve`` replica serves, on which host; each version's online
-    metrics (passes cut from the served log) and the versions the online alarm withdrew,
-    with why."""
+    metrics (passes cut from the served log; ``online``: already read) and the versions
+    withdrawn on them, with why."""
     registry = registry_for(cfg)
     version = registry.serving_version()
     summary: dict[str, Any] = {
         "version": version,
         "age_seconds": None,
         "replicas": [asdict(note) for note in registry.replicas()],
-        "online": [m.to_dict() for m in by_version(recent_window_stats(cfg, cfg.online.windows))],
+        "online": [m.to_dict() for m in (online if online is not None else online_of(cfg))],
         "candidate": registry.candidate(),
         "withdrawn": registry.withdrawn(),
     }

@@ -240,6 +240,7 @@ class VersionFollower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="version-follower", daemon=True)
         self._failed: str | None = None
+        self._held_for: str | None = None  # the serving version the held one was chosen for
         # the online metrics (ops.online) of the versions answering, as last recorded
         self.online: list[dict[str, Any]] = []
 
@@ -326,7 +327,11 @@ class VersionFollower:
 
     def _hold(self, version: str) -> None:
         """Keep the version that served before ``version`` answering the holdout share; a
-        version that cannot be loaded is logged once and the current one answers all."""
+        version that cannot be loaded is logged once and the current one answers all.
+        Looked up once per serving version: the registry's history is not read each poll."""
+        if self._held_for == version:
+            return
+        self._held_for = version
         wanted = self._registry.predecessor(version)
         held = self._state.held
         if held is not None and held.version == wanted:

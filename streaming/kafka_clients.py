@@ -33,18 +33,19 @@ def producer_settings(kafka: KafkaConfig) -> dict[str, Any]:
     return {**client_settings(kafka), "compression_type": codec}
 
 
+# client_settings' keyword arguments under their librdkafka (confluent_kafka) names
+LIBRDKAFKA_NAMES = {
+    "bootstrap_servers": "bootstrap.servers",
+    "security_protocol": "security.protocol",
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location",
+}
+
+
 def librdkafka_settings(kafka: KafkaConfig) -> dict[str, Any]:
-    """The same connection and compression settings, in librdkafka's (``confluent_kafka``)
-    names (librdkafka carries every codec itself)."""
-    settings: dict[str, Any] = {
-        "bootstrap.servers": kafka.bootstrap_servers,
-        "security.protocol": kafka.security_protocol,
-        "compression.type": kafka.compression,
-    }
-    if kafka.security_protocol.startswith("SASL_"):
-        settings["sasl.mechanism"] = kafka.sasl_mechanism
-        settings["sasl.username"] = kafka.sasl_username
-        settings["sasl.password"] = kafka.sasl_password()
-    if kafka.ssl_cafile is not None:
-        settings["ssl.ca.location"] = str(kafka.ssl_cafile)
-    return settings
+    """``client_settings`` in librdkafka's names, with the configured compression
+    (librdkafka carries every codec itself)."""
+    settings = {LIBRDKAFKA_NAMES[k]: v for k, v in client_settings(kafka).items()}
+    return settings | {"compression.type": kafka.compression}

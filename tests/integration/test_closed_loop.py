@@ -323,7 +323,13 @@ def test_a_candidate_on_canary_is_promoted_when_as_good_and_withdrawn_when_worse
             assert "online click AUC" in status["withdrawn"][boot[4]]["reason"]
             _answering(cfg, "canary", None)  # the service stopped asking it
             # a retried delivery of the withdrawn version does not bring it back
-            delivery.deliver(cfg, boot[4])
+            again = subprocess.run(
+                [STREAMREC, "deliver", "--config", str(config), "--version", boot[4]],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert again.returncode == 1 and f"{boot[4]} was withdrawn" in again.stderr
             assert registry.candidate() is None
         finally:
             service.stop()
