@@ -74,10 +74,10 @@ from streamrec.config import (
     dump_config,
     sparse_tables,
 )
+from streamrec.contracts.training import TrainResult
 from streamrec.local_services import local_services
 from streamrec.passes import next_pass_id, pass_dir, read_manifest, window_ms
 from trainers.control_plane import ClusterClient
-from trainers.results import TrainResult
 from trainers.strategy import SavedValueLayout, saved_value_layout, table_folder
 
 FIRST = "202607010000"

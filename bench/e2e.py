@@ -75,6 +75,7 @@ from ops.airflow_local import LocalAirflow
 from ops.charts import ReferenceLine, Series, YRange, chart_page, line_chart
 from streaming.producer import produce_live
 from streamrec.config import PipelineConfig, dump_config
+from streamrec.contracts.pass_status import read_statuses
 from streamrec.errors import ContractError
 from streamrec.local_ports import free_port
 from streamrec.local_services import LocalServices, local_services
@@ -260,23 +261,23 @@ def ours_by_pass(cfg: PipelineConfig, passes: list[str], served: dict[str, float
     never completed is left out (and shows as not served)."""
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     rows = []
-    for pass_id in passes:
-        status = {k: json.loads(v) for k, v in r.hgetall(keys.pass_status(pass_id)).items()}
+    for status in read_statuses(r, keys, passes):
+        pass_id = status.pass_id
         try:
             manifest = read_manifest(pass_dir(cfg.paths.data_root, pass_id))
         except ContractError:
             print(f"pass {pass_id} was never complete")
             continue
-        train = status.get("train", {})
+        train = status.train
         rows.append(
             {
                 "pass_id": pass_id,
                 "rows": manifest.rows,
                 "complete": datetime.fromisoformat(manifest.created_at).timestamp(),
-                "started": train.get("started_at"),
-                "trained": train.get("trained_at"),
-                "train_s": train.get("seconds", {}).get("train"),
-                "auc": train.get("test", {}).get("auc"),
+                "started": train.started_at if train else None,
+                "trained": train.trained_at if train else None,
+                "train_s": train.seconds.get("train") if train else None,
+                "auc": train.test.auc if train else None,
                 "served": served.get(pass_id),
             }
         )

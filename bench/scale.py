@@ -57,11 +57,11 @@ from serving_export.manifest import ArtifactManifest
 from streaming.events import pass_table_schema
 from streaming.slices import assemble_pass, write_slice
 from streamrec.config import PipelineConfig, dump_config
+from streamrec.contracts.training import TrainResult
 from streamrec.local_services import local_services
 from streamrec.passes import EventCounts, PartitionRange, next_pass_id, pass_dir, window_ms
 from streamrec.redis_conn import connect
 from trainers.launcher import LocalCluster
-from trainers.results import TrainResult
 
 FIRST = "202601010000"
 MIB = 2**20
@@ -144,7 +144,7 @@ def _deliver(
     """Export, package and deliver the pass just trained; its manifest and the seconds."""
     decision = delivery.evaluate(cfg, trained)
     started = time.perf_counter()
-    raw = cluster.client.export(trained.pass_id)["raw_export"]
+    raw = cluster.client.export(trained.pass_id).raw_export
     manifest = delivery.publish(cfg, raw, decision)
     delivery.deliver(cfg, manifest.version)
     return manifest, time.perf_counter() - started
@@ -189,7 +189,7 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
             # a pass touching a tenth of the ids again (a fifth of the keys), as a delta
             touched = train(0, max(1, keys // 10))
             delta, delta_s = _deliver(cfg, cluster, touched)
-            maintained = cluster.client.maintain(touched.pass_id)["seconds"]
+            maintained = cluster.client.maintain(touched.pass_id).seconds
             service = Served(config, "inprocess", "paddle", Path(cfg.paths.work_root) / "serve.log")
             try:
                 serving_rss = _rss([psutil.Process(service.proc.pid)])

@@ -276,8 +276,8 @@ def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[fl
             for i, pass_id in enumerate(ids, 1):
                 keys = cluster.client.train(pass_id).checkpoint.table_keys
                 daily = cluster.client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
-                if daily["maintenance"]:
-                    keys = daily["checkpoint"]["table_keys"]
+                if daily.checkpoint is not None:
+                    keys = daily.checkpoint.table_keys
                 print(
                     f"\r  eviction {label}: pass {i}/{len(ids)}, {keys:,} keys", end="", flush=True
                 )

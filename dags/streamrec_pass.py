@@ -58,7 +58,7 @@ from streamrec.errors import ConfigError
 from streamrec.passes import window_floor
 
 if TYPE_CHECKING:
-    from serving_export.quality_gate import GateDecision
+    from streamrec.contracts.delivery import GateDecision
     from trainers.control_plane import ClusterClient
 
 log = logging.getLogger(__name__)
@@ -93,10 +93,10 @@ def _client(cfg: PipelineConfig) -> ClusterClient:
 
 
 def _deliver(cfg: PipelineConfig, version: str, outlet_events: Any) -> dict[str, Any]:
-    """Make ``version`` serve; its result rides on the serving-model asset's event."""
+    """Make ``version`` serve; its delivery rides on the serving-model asset's event."""
     from serving_export.delivery import deliver
 
-    result = deliver(cfg, version)
+    result = deliver(cfg, version).to_wire()
     outlet_events[SERVING_MODEL].extra = result
     return result
 
@@ -137,7 +137,7 @@ def streamrec_pass():
         if (by := caught_up_by(cfg, pass_id)) is not None:
             raise AirflowSkipException(
                 f"pass {pass_id} was trained, with its gate decision, by the catch-up in the "
-                f"run of pass {by['by_run_of']}, which delivered the newest pass it trained"
+                f"run of pass {by.by_run_of}, which delivered the newest pass it trained"
             )
         state, why = pass_state(cfg.paths.data_root, pass_id)
         log.info("pass %s: %s", pass_id, why)
@@ -147,22 +147,22 @@ def streamrec_pass():
 
     @task
     def train_pass(pass_id: str) -> dict[str, Any]:
-        return _client(_config()).train(pass_id).reply()  # XCom carries JSON
+        return _client(_config()).train(pass_id).to_wire()  # XCom carries JSON
 
     @task
     def evaluate(train_result: dict[str, Any]) -> dict[str, Any]:
         from serving_export.delivery import evaluate
-        from trainers.results import TrainResult
+        from streamrec.contracts.training import TrainResult
 
-        return evaluate(_config(), TrainResult.from_reply(train_result)).to_dict()
+        return evaluate(_config(), TrainResult.from_wire(train_result)).to_wire()
 
     @task
     def export(pass_id: str, decision: dict[str, Any]) -> str:
         from ops import pass_sequence
         from ops.catchup import deferred_to
-        from serving_export.quality_gate import GateDecision
+        from streamrec.contracts.delivery import GateDecision
 
-        cfg, gate = _config(), GateDecision(**decision)
+        cfg, gate = _config(), GateDecision.from_wire(decision)
         _skip_unless_passed(pass_id, gate)
         if (later := deferred_to(cfg, pass_id)) is not None:
             raise AirflowSkipException(
@@ -181,25 +181,25 @@ def streamrec_pass():
         from ops import pass_sequence
 
         cfg = _config()
-        return pass_sequence.day_end(cfg, _client(cfg), pass_id)
+        return pass_sequence.day_end(cfg, _client(cfg), pass_id).to_wire()
 
     @task
     def catch_up(pass_id: str, decision: dict[str, Any]) -> dict[str, Any]:
         from ops.catchup import catch_up
-        from serving_export.quality_gate import GateDecision
+        from streamrec.contracts.delivery import GateDecision
 
-        return catch_up(_config(), pass_id, GateDecision(**decision)).to_dict()
+        return catch_up(_config(), pass_id, GateDecision.from_wire(decision)).to_wire()
 
     # export and delivery in one task: a catch-up is rare, and one more task on this path
     # is one more scheduler loop in every run that skips it
     @task(outlets=[SERVING_MODEL])
     def deliver_newest(caught_up: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
         from ops import pass_sequence
-        from ops.catchup import CatchUp
         from serving_export.delivery import registry_for
+        from streamrec.contracts.catch_up import CatchUp
 
         cfg = _config()
-        newest = CatchUp.from_dict(caught_up)
+        newest = CatchUp.from_wire(caught_up)
         _skip_unless_passed(newest.pass_id, newest.decision)
         if newest.pass_id in registry_for(cfg).versions():
             raise AirflowSkipException(f"pass {newest.pass_id} was published by `export`")

@@ -16,42 +16,21 @@ A window still pending ends the catch-up: passes are trained in order, none skip
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from dataclasses import asdict, dataclass
-from typing import Any
 
 from ops import pass_sequence
-from serving_export.delivery import DELIVERED_FIELD, evaluate
-from serving_export.quality_gate import GateDecision
+from serving_export.delivery import evaluate
 from streamrec.config import PipelineConfig
+from streamrec.contracts.catch_up import CatchUp, CaughtUp, Superseded
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.pass_status import PassField, read_status, record
 from streamrec.passes import complete_passes, next_pass_id, pass_state
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
 
 log = logging.getLogger(__name__)
-
-CAUGHT_UP_FIELD = "caught_up"
-SUPERSEDED_FIELD = "superseded"
-
-
-@dataclass(frozen=True)
-class CatchUp:
-    """What a run's catch-up did: the passes it trained after the run's own, oldest first,
-    and the newest pass the model has now trained through, with its gate decision."""
-
-    pass_id: str
-    trained: tuple[str, ...]
-    decision: GateDecision
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> CatchUp:
-        return cls(raw["pass_id"], tuple(raw["trained"]), GateDecision(**raw["decision"]))
 
 
 def next_in_backlog(cfg: PipelineConfig, pass_id: str) -> str | None:
@@ -78,14 +57,12 @@ def deferred_to(cfg: PipelineConfig, pass_id: str) -> str | None:
     return next_in_backlog(cfg, pass_id)
 
 
-def caught_up_by(cfg: PipelineConfig, pass_id: str) -> dict[str, Any] | None:
+def caught_up_by(cfg: PipelineConfig, pass_id: str) -> CaughtUp | None:
     """Which run's catch-up trained ``pass_id`` (and when), or None: also while a catch-up
     has only claimed it, so a run whose catch-up failed (and was then marked done by hand)
     leaves the pass to its own run."""
-    mark, trained = connect(cfg.redis).hmget(
-        RedisKeys(cfg.name).pass_status(pass_id), [CAUGHT_UP_FIELD, "train"]
-    )
-    return json.loads(mark) if mark is not None and trained is not None else None
+    status = read_status(connect(cfg.redis), RedisKeys(cfg.name), pass_id)
+    return status.caught_up if status.trained else None
 
 
 def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> CatchUp:
@@ -97,15 +74,15 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
     was cleared and runs again) ends the catch-up, as the backlog is not this run's."""
     client = ClusterClient.from_config(cfg)
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
-    mark = {"by_run_of": pass_id}
     trained: list[str] = []
     newest = pass_id
     limit = cfg.schedule.catchup_passes if cfg.schedule is not None else 0
     while len(trained) < limit and (nxt := next_in_backlog(cfg, newest)) is not None:
         status = client.pass_status(nxt)
-        if "train" in status and status.get(CAUGHT_UP_FIELD, {}).get("by_run_of") != pass_id:
+        claimed = status.caught_up.by_run_of if status.caught_up else None
+        if status.trained and claimed != pass_id:
             break
-        r.hset(keys.pass_status(nxt), CAUGHT_UP_FIELD, json.dumps({**mark, "at": time.time()}))
+        record(r, keys, nxt, PassField.CAUGHT_UP, CaughtUp(by_run_of=pass_id, at=time.time()))
         decision = evaluate(cfg, client.train(nxt))
         pass_sequence.day_end(cfg, client, nxt)
         trained.append(nxt)
@@ -114,11 +91,11 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
         # the passes this run trained before the newest are never exported (nor its own,
         # unless it was delivered before the backlog came): the newest is, if it passes the
         # gate (``ops.status.pass_finished``)
-        superseded = json.dumps({"by": newest, "delivers": decision.passed})
-        own = [] if DELIVERED_FIELD in client.pass_status(pass_id) else [pass_id]
+        superseded = Superseded(by=newest, delivers=decision.passed)
+        own = [] if client.pass_status(pass_id).delivered else [pass_id]
         pipe = r.pipeline(transaction=True)
         for older in [*own, *trained[:-1]]:
-            pipe.hset(keys.pass_status(older), SUPERSEDED_FIELD, superseded)
+            record(pipe, keys, older, PassField.SUPERSEDED, superseded)
         pipe.execute()
         log.info("caught up %d passes after %s, to %s", len(trained), pass_id, newest)
-    return CatchUp(newest, tuple(trained), decision)
+    return CatchUp(pass_id=newest, trained=tuple(trained), decision=decision)

@@ -139,11 +139,11 @@ def _deliver(args: argparse.Namespace) -> int:
     result = deliver(cfg, args.version)
     registry = registry_for(cfg)
     serving = registry.serving_version()
-    print(json.dumps({**result, "serving": serving}))
+    print(json.dumps({**result.to_wire(), "serving": serving}))
     if (withdrawn := registry.withdrawn().get(args.version)) is not None:
         print(f"error: {args.version} was withdrawn: {withdrawn['reason']}", file=sys.stderr)
         return 1
-    if result.get("candidate") or registry.candidate() == args.version:
+    if result.candidate or registry.candidate() == args.version:
         return 0  # on canary: `streamrec online` promotes or withdraws it
     if serving != args.version:
         print(

@@ -17,14 +17,14 @@ Every step is idempotent per pass: a step run again returns what it did the firs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ops.retention import apply_if_day_ends
 from serving_export import delivery
-from serving_export.quality_gate import GateDecision
 from streamrec.config import PipelineConfig
+from streamrec.contracts.day_end import DayEnd
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.training import TrainResult
 from trainers.control_plane import ClusterClient
-from trainers.results import TrainResult
 
 
 @dataclass(frozen=True)
@@ -34,22 +34,22 @@ class PassOutcome:
     train: TrainResult
     decision: GateDecision
     version: str | None  # delivered (a newer one may serve on); None: the gate rejected it
-    day_end: dict[str, Any]
+    day_end: DayEnd
 
 
 def publish(
     cfg: PipelineConfig, client: ClusterClient, pass_id: str, decision: GateDecision
 ) -> str:
     """The model as trained through ``pass_id`` exported and published; its version."""
-    raw = client.export(pass_id)["raw_export"]
+    raw = client.export(pass_id).raw_export
     return delivery.publish(cfg, raw, decision).version
 
 
-def day_end(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> dict[str, Any]:
+def day_end(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> DayEnd:
     """After a logical day's last pass the cluster's maintenance, then retention; nothing
     after any other pass."""
     maintained = client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
-    return {"maintain": maintained, "retention": apply_if_day_ends(cfg, pass_id)}
+    return DayEnd(maintain=maintained, retention=apply_if_day_ends(cfg, pass_id))
 
 
 def run_pass(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> PassOutcome:
@@ -58,5 +58,5 @@ def run_pass(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> PassOu
     decision = delivery.evaluate(cfg, trained)
     version = None
     if decision.passed:
-        version = delivery.deliver(cfg, publish(cfg, client, pass_id, decision))["version"]
+        version = delivery.deliver(cfg, publish(cfg, client, pass_id, decision)).version
     return PassOutcome(trained, decision, version, day_end(cfg, client, pass_id))

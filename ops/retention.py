@@ -36,6 +36,7 @@ from serving_export.delivery import registry_for
 from serving_export.sparse_store import RedisStore
 from streaming.slices import latest_slice, slice_pass_ids
 from streamrec.config import PipelineConfig
+from streamrec.contracts.day_end import RetentionRun
 from streamrec.passes import (
     closes_day,
     complete_passes,
@@ -158,7 +159,7 @@ def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datet
     why = f"pass older than {cfg.retention.redis_days:g} days"
     for pattern in (keys.pass_status("*"), keys.done("*", "*")):
         for key in scan_keys(r, pattern):
-            if key.rsplit(":", 1)[1] < cutoff:
+            if keys.pass_of(key) < cutoff:
                 yield Deletion("redis", key, why)
     for key in scan_keys(r, keys.command("*")):
         pass_id = r.hget(key, "pass_id")
@@ -225,8 +226,8 @@ def _remove_empty_days(cfg: PipelineConfig) -> None:
                 day.rmdir()
 
 
-def apply_if_day_ends(cfg: PipelineConfig, pass_id: str) -> dict[str, Any]:
+def apply_if_day_ends(cfg: PipelineConfig, pass_id: str) -> RetentionRun:
     """``apply`` after the last pass of a logical day (the DAG's daily run); else nothing."""
     if not closes_day(pass_id, cfg.passes.pass_minutes):
-        return {"pass_id": pass_id, "retention": False}
-    return {"pass_id": pass_id, "retention": True, "counts": apply(cfg).counts()}
+        return RetentionRun(pass_id=pass_id, retention=False)
+    return RetentionRun(pass_id=pass_id, retention=True, counts=apply(cfg).counts())

@@ -12,18 +12,17 @@ end; ``latency`` is training start minus pass completion (the scheduling delay).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ops.catchup import CAUGHT_UP_FIELD, SUPERSEDED_FIELD
 from ops.online import VersionOnline, online_of
-from serving_export.delivery import DELIVERED_FIELD, registry_for
+from serving_export.delivery import registry_for
 from streaming.synthetic import read_best_auc, read_best_task_auc
 from streamrec.config import PipelineConfig
+from streamrec.contracts.pass_status import PassStatus
 from streamrec.errors import ContractError
 from streamrec.passes import (
     PartitionHold,
@@ -35,7 +34,6 @@ from streamrec.passes import (
 )
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
-from trainers.results import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +81,7 @@ def _epoch(iso: str) -> float:
 def _row(
     cfg: PipelineConfig,
     pass_id: str,
-    status: dict[str, Any],
+    status: PassStatus,
     best: dict[str, float],
     best_tasks: dict[str, dict[str, float]],
 ) -> PassRow:
@@ -105,37 +103,32 @@ def _row(
             "labels": {name: counts.model_dump() for name, counts in c.labels.items()},
             "dead_letters": c.malformed_total,
         }
-    if "train" in status:
+    if (train := status.train) is not None:
         fields["trained"] = True
-        try:
-            train = TrainResult.from_reply(status["train"])
-        except ContractError as e:  # one unreadable record must not hide every other pass
-            log.warning("pass %s: its train result is not shown: %s", pass_id, e)
-        else:
-            fields |= {
-                "auc": train.test.auc,
-                "logloss": train.test.logloss,
-                "copc": train.test.copc,
-                "train_seconds": sum(train.seconds.values()) or None,
-                "save_kind": train.checkpoint.kind if train.checkpoint else None,
-                "table_keys": train.checkpoint.table_keys if train.checkpoint else None,
+        fields |= {
+            "auc": train.test.auc,
+            "logloss": train.test.logloss,
+            "copc": train.test.copc,
+            "train_seconds": sum(train.seconds.values()) or None,
+            "save_kind": train.checkpoint.kind if train.checkpoint else None,
+            "table_keys": train.checkpoint.table_keys if train.checkpoint else None,
+        }
+        if train.tasks:
+            known = best_tasks.get(pass_id, {})
+            fields["tasks"] = {
+                name: {"auc": t.test.auc, "copc": t.test.copc, "best_auc": known.get(name)}
+                for name, t in train.tasks.items()
             }
-            if train.tasks:
-                known = best_tasks.get(pass_id, {})
-                fields["tasks"] = {
-                    name: {"auc": t.test.auc, "copc": t.test.copc, "best_auc": known.get(name)}
-                    for name, t in train.tasks.items()
-                }
-            if "completed_at" in fields:
-                fields["latency_seconds"] = train.started_at - fields["completed_at"]
+        if "completed_at" in fields:
+            fields["latency_seconds"] = train.started_at - fields["completed_at"]
     end = window_ms(pass_id, cfg.passes.pass_minutes)[1] / 1000
-    if gate := status.get("gate"):
-        fields["gate"] = "pass" if gate["passed"] else "reject"
-    if (delivered := status.get(DELIVERED_FIELD)) and delivered.get("at"):
-        fields["delivered"] = delivered["version"]
-        fields["freshness_seconds"] = delivered["at"] - end
-    if caught := status.get(CAUGHT_UP_FIELD):
-        fields["caught_up_by"] = caught["by_run_of"]
+    if (gate := status.gate) is not None:
+        fields["gate"] = "pass" if gate.passed else "reject"
+    if (delivered := status.delivered) is not None:
+        fields["delivered"] = delivered.version
+        fields["freshness_seconds"] = delivered.at - end
+    if (caught := status.caught_up) is not None:
+        fields["caught_up_by"] = caught.by_run_of
     return PassRow(
         pass_id=pass_id,
         window_end=end,
@@ -145,37 +138,46 @@ def _row(
     )
 
 
-def pass_finished(status: dict[str, Any], serving: str | None) -> bool:
-    """Whether the pipeline is done with a pass, from its decoded status hash and the
-    serving version: delivered, rejected by the gate, or superseded by a newer pass of
-    the same run's catch-up (``ops.catchup``) that serves (or a later one does) or that
-    the gate rejected (then no pass of that run is delivered)."""
-    if status.get(DELIVERED_FIELD) or (status.get("gate") or {}).get("passed") is False:
+def pass_finished(status: PassStatus, serving: str | None) -> bool:
+    """Whether the pipeline is done with a pass, from its status and the serving version:
+    delivered, rejected by the gate, or superseded by a newer pass of the same run's
+    catch-up (``ops.catchup``) that serves (or a later one does) or that the gate
+    rejected (then no pass of that run is delivered)."""
+    if status.delivered is not None or (status.gate is not None and not status.gate.passed):
         return True
-    superseded = status.get(SUPERSEDED_FIELD)
+    superseded = status.superseded
     if superseded is None:
         return False
-    return superseded["delivers"] is False or (serving or "") >= superseded["by"]
+    return not superseded.delivers or (serving or "") >= superseded.by
 
 
 def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None) -> list[PassRow]:
     """The newest ``limit`` passes known on disk or in Redis, oldest first; a complete pass
     that is not trained is flagged, and marked stale once it has waited two windows."""
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
-    prefix = keys.pass_status("")
     holds = read_holds(cfg.paths.data_root)
     known = set(complete_passes(cfg.paths.data_root))
-    known |= {k[len(prefix) :] for k in scan_keys(r, keys.pass_status("*"))}
+    known |= {keys.pass_of(k) for k in scan_keys(r, keys.pass_status("*"))}
     known |= {h.pass_id for h in holds if h.pass_id}
     ids = sorted(known)[-limit:]
     pipe = r.pipeline(transaction=False)
     for pass_id in ids:
         pipe.hgetall(keys.pass_status(pass_id))
-    statuses = [{k: json.loads(v) for k, v in raw.items()} for raw in pipe.execute()]
+    statuses = [_status(p, raw) for p, raw in zip(ids, pipe.execute(), strict=True)]
     best, best_tasks = read_best_auc(cfg.paths.data_root), read_best_task_auc(cfg.paths.data_root)
     rows = [_row(cfg, p, s, best, best_tasks) for p, s in zip(ids, statuses, strict=True)]
     rows = flag_held(rows, holds)
     return flag_untrained(rows, cfg.passes.pass_minutes, time.time() if now is None else now)
+
+
+def _status(pass_id: str, fields: dict[str, str]) -> PassStatus:
+    """The pass's status; an unreadable one is shown as nothing done (and warned of): one
+    broken record must not hide every other pass."""
+    try:
+        return PassStatus.from_hash(pass_id, fields)
+    except ContractError as e:
+        log.warning("pass %s: its status is not shown: %s", pass_id, e)
+        return PassStatus(pass_id=pass_id)
 
 
 def flag_held(rows: list[PassRow], holds: list[PartitionHold]) -> list[PassRow]:

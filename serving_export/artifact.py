@@ -44,11 +44,11 @@ from serving_export.manifest import (
     SparsePart,
     TablePart,
 )
-from serving_export.quality_gate import GateDecision
 from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
 from streaming.feature_signs import SIGN_VERSION
 from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for
 from streamrec.config import PipelineConfig
+from streamrec.contracts.delivery import GateDecision
 from streamrec.passes import pass_dir, read_manifest
 from trainers.export_spec import ExportSpec, read_export_spec
 

@@ -8,28 +8,27 @@ deliver   with the Redis sparse store, write the version's embeddings there firs
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from serving_export.artifact import package_export
 from serving_export.errors import ExportInvalid, NothingServing
 from serving_export.manifest import ArtifactManifest
-from serving_export.quality_gate import GateDecision, judge
+from serving_export.quality_gate import judge
 from serving_export.registry import ModelRegistry
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streamrec.config import PipelineConfig
+from streamrec.contracts.delivery import Delivery, GateDecision, RedisPush
+from streamrec.contracts.pass_status import PassField, read_status, record
+from streamrec.contracts.training import TrainResult
+from streamrec.contracts.wire import Contract
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.results import TrainResult
 
 log = logging.getLogger(__name__)
-
-DELIVERED_FIELD = "delivered"  # on a pass's status once its version serves
 
 
 def _redis(cfg: PipelineConfig) -> redis.Redis:
@@ -41,13 +40,12 @@ def registry_for(cfg: PipelineConfig) -> ModelRegistry:
     return ModelRegistry(_redis(cfg), RedisKeys(cfg.name), cfg.model.model)
 
 
-def _record(cfg: PipelineConfig, pass_id: str, field: str, value: Any) -> None:
-    _redis(cfg).hset(RedisKeys(cfg.name).pass_status(pass_id), field, json.dumps(value))
+def _record(cfg: PipelineConfig, pass_id: str, field: PassField, value: Contract) -> None:
+    record(_redis(cfg), RedisKeys(cfg.name), pass_id, field, value)
 
 
 def _stored_gate(cfg: PipelineConfig, pass_id: str) -> GateDecision | None:
-    stored = _redis(cfg).hget(RedisKeys(cfg.name).pass_status(pass_id), "gate")
-    return GateDecision(**json.loads(stored)) if stored is not None else None
+    return read_status(_redis(cfg), RedisKeys(cfg.name), pass_id).gate
 
 
 def evaluate(cfg: PipelineConfig, result: TrainResult) -> GateDecision:
@@ -61,7 +59,7 @@ def evaluate(cfg: PipelineConfig, result: TrainResult) -> GateDecision:
     except NothingServing:
         serving = None
     decision = judge(result, serving, cfg.gate)
-    _record(cfg, result.pass_id, "gate", decision.to_dict())
+    _record(cfg, result.pass_id, PassField.GATE, decision)
     log.info(
         "pass %s gate: %s %s",
         result.pass_id,
@@ -98,7 +96,7 @@ def sparse_store_for(cfg: PipelineConfig) -> InProcessStore | RedisStore:
     return InProcessStore(model_dir, cfg.serving.compact_ratio)
 
 
-def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
+def deliver(cfg: PipelineConfig, version: str) -> Delivery:
     """Make ``version`` the serving model, unless a newer one already serves; with
     ``serving.canary_share`` (and a version serving) make it the candidate instead, which
     ``streamrec online`` promotes or withdraws on its online metrics. With the Redis sparse
@@ -111,22 +109,26 @@ def deliver(cfg: PipelineConfig, version: str) -> dict[str, Any]:
     if cfg.serving.canary_share > 0 and serving is not None:
         before, proposed = registry.propose(version)
         log.info("%s on canary: %s", version, proposed or f"not after {before} / {serving}")
-        result = {"version": version, "previous": serving, "switched": False, "at": time.time()}
-        return result | {"candidate": proposed}
+        return Delivery(
+            version=version,
+            previous=serving,
+            switched=False,
+            at=time.time(),
+            redis=pushed,
+            candidate=proposed,
+        )
     return promote(cfg, version, pushed)
 
 
-def promote(
-    cfg: PipelineConfig, version: str, pushed: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def promote(cfg: PipelineConfig, version: str, pushed: RedisPush | None = None) -> Delivery:
     """Move the serving pointer to ``version`` unless a newer one serves (its embeddings
     already in the store); the delivery's record, kept with the pass's status."""
     previous, switched = registry_for(cfg).promote(version)
-    result = {"version": version, "previous": previous, "switched": switched, "at": time.time()}
-    if pushed is not None:
-        result["redis"] = pushed
+    result = Delivery(
+        version=version, previous=previous, switched=switched, at=time.time(), redis=pushed
+    )
     if switched:
-        _record(cfg, version, DELIVERED_FIELD, result)
+        _record(cfg, version, PassField.DELIVERED, result)
         log.info("serving %s (was %s)", version, previous)
     else:
         log.info("not switching to %s: %s already serves", version, previous)

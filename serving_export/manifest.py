@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from serving_export.errors import ExportInvalid
-from serving_export.quality_gate import GateDecision
 from streamrec.config import SchemaConfig
+from streamrec.contracts.delivery import GateDecision
 from streamrec.errors import broken_fields
 from trainers.export_spec import OnnxTwin
 

@@ -13,25 +13,10 @@ model's AUC for that head; a conditional task is judged when ``gate.tasks`` name
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from streamrec.config import GateConfig
-from trainers.results import TrainResult
-
-
-@dataclass(frozen=True)
-class GateDecision:
-    """Whether to deliver, and why not."""
-
-    passed: bool
-    auc: float
-    serving_auc: float | None
-    reasons: list[str] = field(default_factory=list)
-    task_aucs: dict[str, float] = field(default_factory=dict)  # each further task judged
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.training import TrainResult
 
 
 def _judge_auc(
@@ -72,4 +57,10 @@ def judge(result: TrainResult, serving: GateDecision | None, gate: GateConfig) -
         )
         if not math.isfinite(task.test.predicted_ctr):
             reasons.append(f"{name} predictions are not finite")
-    return GateDecision(not reasons, auc, serving_auc, reasons, task_aucs)
+    return GateDecision(
+        passed=not reasons,
+        auc=auc,
+        serving_auc=serving_auc,
+        reasons=tuple(reasons),
+        task_aucs=task_aucs,
+    )

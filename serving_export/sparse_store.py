@@ -32,6 +32,7 @@ from serving_export.errors import ServingError
 from serving_export.manifest import ArtifactManifest
 from serving_export.sparse_table import LayeredTables
 from streamrec.config import RedisConfig
+from streamrec.contracts.delivery import RedisPush
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 
@@ -127,7 +128,7 @@ class RedisStore:
         raw = self._r.hgetall(self._keys.sparse_layers(self._model))
         return {k.decode(): json.loads(v) for k, v in raw.items()}
 
-    def push(self, version: str) -> dict[str, Any]:
+    def push(self, version: str) -> RedisPush:
         """Write the layers of ``version``'s lineage that Redis lacks (a layer: a version's
         hash per table); idempotent. A layer left half-written by a killed writer is not
         marked complete: it is written again."""
@@ -141,12 +142,12 @@ class RedisStore:
                 continue
             keys_written += self._write_layer(manifest)
             pushed.append(name)
-        return {
-            "version": version,
-            "layers_written": pushed,
-            "keys_written": keys_written,
-            "seconds": round(time.perf_counter() - started, 3),
-        }
+        return RedisPush(
+            version=version,
+            layers_written=tuple(pushed),
+            keys_written=keys_written,
+            seconds=round(time.perf_counter() - started, 3),
+        )
 
     def _write_layer(self, manifest: ArtifactManifest) -> int:
         name = manifest.version

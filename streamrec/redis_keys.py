@@ -1,13 +1,14 @@
-"""Every Redis key streamrec uses, in one place.
+"""Every Redis key streamrec uses, composed and parsed here and nowhere else.
 
 All keys of one pipeline live under ``streamrec:<pipeline name>:``::
 
     commands                       STREAM  cluster commands in order (fields: id, kind, pass_id)
     command:<command_id>           HASH    kind, pass_id, status (queued|done|failed), result
                                            (JSON), error, and per worker ack:<rank>, result:<rank>
-    pass:<pass_id>                 HASH    per-pass status: state, rows, metrics (JSON),
-                                           train (with its checkpoint), maintain, export, gate,
-                                           delivered_version
+    pass:<pass_id>                 HASH    per-pass status, a field per step that finished on
+                                           the pass (``contracts.pass_status.PassField``: train,
+                                           maintain, export, gate, delivered, caught_up,
+                                           superseded), each its contract's JSON
     heartbeat:<role>:<rank>        STRING  JSON {rank, pid, node, generation, state, ts}, expires
                                            after a few periods
     cursor:cluster                 STRING  id of the last command the cluster finished (one
@@ -49,6 +50,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KEY_VERSION = 1
+RESULT_FIELD = "result:"  # + rank: a worker's result in a command's hash
+ACK_FIELD = "ack:"  # + rank: when that worker acknowledged the command
+
+
+def worker_results(command: dict[str, str]) -> dict[int, str]:
+    """Each worker's result (JSON text) in a command's hash, by rank."""
+    return {
+        int(field.removeprefix(RESULT_FIELD)): value
+        for field, value in command.items()
+        if field.startswith(RESULT_FIELD)
+    }
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,11 @@ class RedisKeys:
 
     def pass_status(self, pass_id: str) -> str:
         return f"{self.prefix}:pass:{pass_id}"
+
+    @staticmethod
+    def pass_of(key: str) -> str:
+        """The pass a ``pass_status`` or ``done`` key is of (its last part)."""
+        return key.rsplit(":", 1)[1]
 
     def heartbeat(self, role: str, rank: int) -> str:
         return f"{self.prefix}:heartbeat:{role}:{rank}"

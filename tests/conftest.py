@@ -17,7 +17,6 @@ from cpu_report import CpuReport
 from hypothesis import settings
 
 from serving_export.manifest import ARTIFACT_VERSION, ArtifactManifest
-from serving_export.quality_gate import GateDecision
 from streaming.feature_signs import SIGN_VERSION
 from streamrec.config import (
     DEFAULT_SPARSE_TABLE,
@@ -27,6 +26,8 @@ from streamrec.config import (
     load_config,
     with_services,
 )
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.training import PassMetrics, TrainResult
 from streamrec.local_ports import PORT_RANGE_ENV, port_range
 from streamrec.local_services import LocalServices, local_services
 
@@ -191,7 +192,7 @@ def artifact_manifest(shipped_config: PipelineConfig) -> ManifestFactory:
             version=version,
             pass_id=version,
             created_at=now,
-            metrics={"auc": auc, "gate": GateDecision(True, auc, None)},
+            metrics={"auc": auc, "gate": GateDecision(passed=True, auc=auc, serving_auc=None)},
             network=shipped_config.model.network_path,
             slot_feeds={s.name: f"{s.name}_pooled" for s in shipped_config.feature_schema.sparse},
             sequence_feeds={},
@@ -280,6 +281,38 @@ def _wait_until_training(client: Any, pass_id: str, timeout_s: float = 60) -> No
         if time.monotonic() > deadline:
             pytest.fail(f"the workers never started training on {pass_id}")
         time.sleep(0.05)
+
+
+def _train_result(pass_id: str, auc: float = 0.7, rows: int = 1000, **fields: Any) -> TrainResult:
+    metrics = PassMetrics(rows, auc, 0.45, 1.0, 0.3, 0.4, 0.2, 0.2, 0.01)
+    return TrainResult(
+        **{
+            "pass_id": pass_id,
+            "rows": rows,
+            "count_matches_manifest": True,
+            "test": metrics,
+            "train": metrics,
+            "seconds": {"train": 1.0},
+            "workers": 2,
+            "reader": "QueueDataset",
+            "progressive": "sample",
+            "progressive_every": 1,
+            "sync_mode": "async",
+            "sync_rounds": None,
+            "dense_average": None,
+            "intercept": None,
+            "started_at": 0.0,
+            "trained_at": 1.0,
+            **fields,
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def train_result() -> Callable[..., TrainResult]:
+    """``train_result(pass_id, auc=0.7, rows=1000, **fields)``: a well-formed TrainResult
+    of a pass, for tests of what reads one (status, the gate, the catch-up)."""
+    return _train_result
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ _EXPORTS = {
     "Topology": "trainers.topology",
     "build_model": "trainers.models",
     "PassMetrics": "trainers.metrics",
-    "TrainResult": "trainers.results",
     "TrainerError": "trainers.errors",
     "bucket_auc": "trainers.metrics",
     "exact_auc": "trainers.metrics",

@@ -21,7 +21,7 @@ import logging
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,11 +29,11 @@ import pyarrow.csv as pacsv
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamrec.atomic_fs import write_text_atomic
+from streamrec.contracts.training import CheckpointKind
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_MANIFEST = "CHECKPOINT.json"
-CheckpointKind = Literal["base", "delta", "daily"]
 SAVE_MODE: dict[str, int] = {"base": 0, "delta": 1, "daily": 3}
 
 

@@ -26,12 +26,14 @@ from typing import Any, Literal
 import redis
 
 from streamrec.config import PipelineConfig
+from streamrec.contracts.pass_status import CONTRACT, PassField, PassStatus, read_status, record
+from streamrec.contracts.training import ExportReply, MaintainReply, Repeat, TrainResult
+from streamrec.errors import ContractError
 from streamrec.passes import closes_day
 from streamrec.redis_conn import connect, scan_keys
-from streamrec.redis_keys import RedisKeys
+from streamrec.redis_keys import ACK_FIELD, RESULT_FIELD, RedisKeys, worker_results
 from streamrec.waiting import poll_until
 from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
-from trainers.results import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -156,30 +158,29 @@ class ClusterClient:
     def train(self, pass_id: str) -> TrainResult:
         """Progressive validation then training on ``pass_id``; what it measured and saved
         (ContractError when the reply breaks ``TrainResult``)."""
-        return TrainResult.from_reply(self.run("train", pass_id))
+        return TrainResult.from_wire(self.run("train", pass_id), f"train {pass_id}")
 
-    def maintain(self, pass_id: str) -> dict[str, Any]:
+    def maintain(self, pass_id: str) -> MaintainReply:
         """The daily shrink and mode-3 save after ``pass_id``, the last pass of its day."""
-        return self.run("maintain", pass_id)
+        return MaintainReply.from_wire(self.run("maintain", pass_id), f"maintain {pass_id}")
 
-    def maintain_if_day_ends(self, pass_id: str, pass_minutes: int) -> dict[str, Any]:
+    def maintain_if_day_ends(self, pass_id: str, pass_minutes: int) -> MaintainReply:
         """``maintain`` when ``pass_id`` closes its logical day; otherwise nothing to do."""
         if not closes_day(pass_id, pass_minutes):
-            return {"pass_id": pass_id, "maintenance": False}
-        return {**self.maintain(pass_id), "maintenance": True}
+            return MaintainReply(pass_id=pass_id, maintenance=False)
+        return self.maintain(pass_id)
 
-    def export(self, pass_id: str) -> dict[str, Any]:
+    def export(self, pass_id: str) -> ExportReply:
         """Write the raw inference export after ``pass_id``."""
-        return self.run("export", pass_id)
+        return ExportReply.from_wire(self.run("export", pass_id), f"export {pass_id}")
 
     def score(self, pass_id: str) -> list[dict[str, Any]]:
         """The model's predictions for every row of ``pass_id``, without training on it:
         one result per worker, in rank order (see ``pass_steps.score``)."""
         command_id = self.submit("score", pass_id)
         self.wait(command_id)
-        state = self._r.hgetall(self._keys.command(command_id))
-        ranks = sorted(int(k.split(":")[1]) for k in state if k.startswith("result:"))
-        return [json.loads(state[f"result:{rank}"]) for rank in ranks]
+        results = worker_results(self._r.hgetall(self._keys.command(command_id)))
+        return [json.loads(results[rank]) for rank in sorted(results)]
 
     def stop(self, timeout_s: float = 60) -> None:
         """Ask every worker to leave its loop."""
@@ -190,15 +191,12 @@ class ClusterClient:
         command_id = self._r.get(self._keys.done(kind, pass_id))
         if command_id is None:
             return {}
-        state = self._r.hgetall(self._keys.command(command_id))
-        return {
-            int(k.split(":")[1]): json.loads(v) for k, v in state.items() if k.startswith("result:")
-        }
+        results = worker_results(self._r.hgetall(self._keys.command(command_id)))
+        return {rank: json.loads(result) for rank, result in results.items()}
 
-    def pass_status(self, pass_id: str) -> dict[str, Any]:
-        """The per-pass status hash, JSON fields decoded."""
-        raw = self._r.hgetall(self._keys.pass_status(pass_id))
-        return {k: json.loads(v) for k, v in raw.items()}
+    def pass_status(self, pass_id: str) -> PassStatus:
+        """What has happened to the pass so far."""
+        return read_status(self._r, self._keys, pass_id)
 
 
 class WorkerChannel:
@@ -306,30 +304,36 @@ class WorkerChannel:
         self._r.hset(
             self._keys.command(command.id),
             mapping={
-                f"ack:{self.rank}": str(time.time()),
-                f"result:{self.rank}": json.dumps(result),
+                f"{ACK_FIELD}{self.rank}": str(time.time()),
+                f"{RESULT_FIELD}{self.rank}": json.dumps(result),
             },
         )
 
     def record(self, command: Command, result: dict[str, Any] | None, error: str | None) -> None:
         """Leader only: the command's outcome, its done marker and the pass status, and the
-        cluster's cursor past it, at once.
-        A command found done in the restored model (its marker lost in a crash) gets both."""
+        cluster's cursor past it, at once. A command found done in the restored model (its
+        marker lost in a crash) gets both. A reply that breaks its contract is recorded as
+        the command's failure, naming the field: the pass status only holds valid ones."""
+        result = result or {}
+        reply = None
+        if error is None and command.kind not in UNMARKED:
+            try:
+                reply = CONTRACT[PassField(command.kind)].from_wire(
+                    result, f"{command.kind} {command.pass_id}"
+                )
+            except ContractError as e:
+                error = str(e)
         pipe = self._r.pipeline(transaction=True)
         key = self._keys.command(command.id)
-        result = result or {}
         pipe.set(self._keys.cursor, command.stream_id)
         if error is not None:
             pipe.hset(key, mapping={"status": "failed", "error": error})
         else:
             pipe.hset(key, mapping={"status": "done", "result": json.dumps(result)})
-            first = not result.get("already_done")
-            if command.kind not in UNMARKED and (first or "already_in_model" in result):
-                pipe.set(self._keys.done(command.kind, command.pass_id), command.id, nx=not first)
-                pipe.hset(
-                    self._keys.pass_status(command.pass_id),
-                    mapping={command.kind: json.dumps(result)},
-                )
+        if isinstance(reply, Repeat) and (not reply.already_done or reply.already_in_model):
+            first = not reply.already_done
+            pipe.set(self._keys.done(command.kind, command.pass_id), command.id, nx=not first)
+            record(pipe, self._keys, command.pass_id, PassField(command.kind), reply)
         pipe.execute()
 
     def forget_done_after(self, pass_id: str) -> list[str]:
@@ -338,7 +342,7 @@ class WorkerChannel:
         dropped = []
         for kind in RESTARTABLE:
             for key in scan_keys(self._r, self._keys.done(kind, "*")):
-                if key.rsplit(":", 1)[1] > pass_id:
+                if self._keys.pass_of(key) > pass_id:
                     dropped.append(key)
         if dropped:
             self._r.delete(*dropped)

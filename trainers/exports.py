@@ -10,6 +10,7 @@ from typing import Any
 
 from streamrec.atomic_fs import publish_dir, temp_dir_for
 from streamrec.config import sparse_tables
+from streamrec.contracts.training import ExportReply
 from trainers import dense_tables
 from trainers.export_spec import (
     EXPORT_VERSION,
@@ -107,4 +108,4 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
 
     with ctx.stage("save", seconds):
         ctx.leader_only(write)
-    return {"pass_id": pass_id, "raw_export": str(raw), "seconds": seconds}
+    return ExportReply(pass_id=pass_id, raw_export=str(raw), seconds=seconds).to_wire()

@@ -8,11 +8,11 @@ and plain sums; the cluster all-reduces them (sum) and calls ``metrics_from_stat
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from streamrec.auc import exact_auc
+from streamrec.contracts.training import PassMetrics
 
 __all__ = [
     "STAT_NAMES",
@@ -26,24 +26,6 @@ __all__ = [
 ]
 
 STAT_NAMES = ("count", "clicks", "pred_sum", "logloss_sum", "abs_err_sum", "sq_err_sum")
-
-
-@dataclass(frozen=True)
-class PassMetrics:
-    """Metrics of one evaluation over a pass (global across workers)."""
-
-    count: int
-    auc: float
-    logloss: float
-    copc: float  # actual clicks / predicted clicks: 1.0 is calibrated
-    mae: float
-    rmse: float
-    actual_ctr: float
-    predicted_ctr: float
-    bucket_error: float  # calibration error within score ranges: 0.0 is calibrated
-
-    def to_dict(self) -> dict[str, float]:
-        return asdict(self)
 
 
 def bucket_auc(pos: np.ndarray, neg: np.ndarray) -> float:

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streaming.pipe_reader import pipe_command, text_command
+from streamrec.contracts.training import TaskResult, TrainResult
 from streamrec.passes import pass_dir, read_manifest
 from trainers import dense_tables
 from trainers.checkpoints import next_kind
@@ -50,7 +51,6 @@ from trainers.pass_reads import (
     scoring_batch_size,
     training_batch_size,
 )
-from trainers.results import TaskResult, TrainResult
 from trainers.saves import checkpoint_summary, save
 from trainers.worker_context import WorkerContext
 
@@ -211,9 +211,9 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     )
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
     with ctx.stage("save", seconds, blocking=True):
-        info = save(ctx, pass_id, kind, command_id, manifest, result.reply())
+        info = save(ctx, pass_id, kind, command_id, manifest, result.to_wire())
     saved = {"checkpoint": checkpoint_summary(ctx, info), "seconds": seconds}
-    return result.model_copy(update=saved).reply()
+    return result.model_copy(update=saved).to_wire()
 
 
 def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:

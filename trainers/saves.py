@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from streamrec.atomic_fs import publish_dir
+from streamrec.contracts.training import MaintainReply, SaveSummary
 from streamrec.passes import PassManifest, pass_dir, read_manifest
 from trainers import dense_tables
 from trainers.checkpoints import (
@@ -25,7 +26,6 @@ from trainers.checkpoints import (
     saved_keys,
     write_info,
 )
-from trainers.results import SaveSummary
 from trainers.warm_start import check_warm_start
 from trainers.worker_context import WorkerContext
 
@@ -120,13 +120,13 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any
     manifest = read_manifest(pass_dir(ctx.cfg.paths.data_root, pass_id))
     with ctx.stage("save", seconds, blocking=True):
         info = save(ctx, pass_id, "daily", command_id, manifest, ctx.chain[-1].train)
-    return {
-        "pass_id": pass_id,
-        "day": pass_id[:8],
-        "keys_before": keys_before,
-        "checkpoint": checkpoint_summary(ctx, info).model_dump(),
-        "seconds": seconds,
-    }
+    return MaintainReply(
+        pass_id=pass_id,
+        day=pass_id[:8],
+        keys_before=keys_before,
+        checkpoint=checkpoint_summary(ctx, info),
+        seconds=seconds,
+    ).to_wire()
 
 
 def restore(ctx: WorkerContext) -> CheckpointInfo | None:

@@ -177,11 +177,11 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
     # judged by the gate) and the runs of those skip at their sensor
     caught = {p: by for p in missed if (by := caught_up_by(live.cfg, p)) is not None}
     assert caught, f"no run caught up any of {missed}"
-    assert all(by["by_run_of"] < p for p, by in caught.items())
+    assert all(by.by_run_of < p for p, by in caught.items())
     client = ClusterClient.from_config(live.cfg)
     # the gate decision is stored just after the train command is done
     _wait(
-        lambda: all("gate" in client.pass_status(p) for p in caught),
+        lambda: all(client.pass_status(p).gate is not None for p in caught),
         120,
         f"the gate decisions of {sorted(caught)}",
     )
@@ -189,18 +189,20 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
     # `streamrec status` names the run that caught each up
     rows = {row.pass_id: row for row in _status(live, limit=1000)[1]}
     assert {p: rows[p].caught_up_by for p in caught} == {
-        p: by["by_run_of"] for p, by in caught.items()
+        p: by.by_run_of for p, by in caught.items()
     }
     # a catch-up delivers only the newest pass it trained; the others, and the run's own
     # pass unless it was delivered before the backlog came, are marked superseded by that
     # one (what ops.status.pass_finished reads)
-    for run in {by["by_run_of"] for by in caught.values()}:
+    for run in {by.by_run_of for by in caught.values()}:
         mine = sorted(p for p, row in rows.items() if row.caught_up_by == run)
         newest = mine[-1]
         for p in [run, *mine[:-1]]:
             status = client.pass_status(p)
-            assert (p == run and "delivered" in status) or status["superseded"]["by"] == newest
-        assert "superseded" not in client.pass_status(newest)
+            assert (p == run and status.delivered is not None) or (
+                status.superseded is not None and status.superseded.by == newest
+            )
+        assert client.pass_status(newest).superseded is None
 
 
 def _drawn(page: str, series: str) -> list[str]:

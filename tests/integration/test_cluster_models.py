@@ -36,7 +36,7 @@ def test_model_learns_and_serves_like_the_cluster(make_config, build_passes, mod
     resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     with LocalCluster(cfg, resolved) as cluster:
         trained = cluster.client.train(first)
-        raw = cluster.client.export(first)["raw_export"]
+        raw = cluster.client.export(first).raw_export
         scored = cluster.client.train(second)
     assert scored.test.auc > 0.65, scored.test
     manifest = delivery.publish(cfg, raw, delivery.evaluate(cfg, trained))

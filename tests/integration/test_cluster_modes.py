@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from streamrec.config import PipelineConfig, RunnerConfig, dump_config
+from streamrec.contracts.training import TrainResult
 from streamrec.passes import pass_dir, read_manifest
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
-from trainers.results import TrainResult
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,7 @@ def test_sync_restores_after_sigkill_mid_pass(stream, make_config, kill_mid_pass
         command_id = cluster.client.submit("train", passes[1])
         # at once: a sync pass of this size trains in well under a second
         assert kill_mid_pass(cluster, command_id, passes[1], "TRAINER", into_training_s=0)
-        second = TrainResult.from_reply(cluster.client.wait(command_id))
+        second = TrainResult.from_wire(cluster.client.wait(command_id))
         third = cluster.client.train(passes[2])
     assert not second.already_done and second.checkpoint.kind == "delta"
     saves = [(i.pass_id, i.kind) for i in list_checkpoints(cfg.paths.checkpoint_root)]

@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from streamrec.config import PipelineConfig, dump_config
+from streamrec.contracts.training import TrainResult
 from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
-from trainers.results import TrainResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -62,7 +62,7 @@ def _run(cfg: PipelineConfig, passes: list[str], kill: Callable[..., bool] | Non
             command_id = cluster.client.submit("train", pass_id)
             if kill and index == 1:
                 restarted = kill(cluster, command_id, pass_id)
-            results[pass_id] = TrainResult.from_reply(cluster.client.wait(command_id))
+            results[pass_id] = TrainResult.from_wire(cluster.client.wait(command_id))
         results[passes[3]] = cluster.client.train(passes[3])
     print({p: (r.seconds, r.test.auc) for p, r in results.items()})
     return Run(results, restarted)
@@ -78,8 +78,8 @@ def _assert_trained_once(cfg: PipelineConfig, run: Run, passes: list[str]) -> No
     client = ClusterClient.from_config(cfg)
     for pass_id in passes:
         rows = read_manifest(pass_dir(cfg.paths.data_root, pass_id)).rows
-        status = client.pass_status(pass_id)["train"]
-        assert status["test"]["count"] == status["train"]["count"] == rows, pass_id
+        trained = client.pass_status(pass_id).train
+        assert trained is not None and trained.test.count == trained.train.count == rows, pass_id
         assert not run.results[pass_id].already_done, pass_id
 
 

@@ -63,6 +63,7 @@ from streamrec.config import (
     load_config,
     with_services,
 )
+from streamrec.contracts.pass_status import PassStatus
 from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
@@ -310,7 +311,7 @@ class Stack:
         )
         return moment - since
 
-    def _statuses(self) -> dict[str, dict[str, Any]]:
+    def _statuses(self) -> dict[str, PassStatus]:
         return {p: self.client.pass_status(p) for p in self.windows}
 
     def finished(self) -> bool:
@@ -329,12 +330,10 @@ class Stack:
         lines = [f"produced all: {self.produced_all.is_set()}; serving: {serving}"]
         for pass_id, status in self._statuses().items():
             if not pass_finished(status, serving):
-                fields = {
-                    k: status[k]
-                    for k in ("gate", "delivered", "caught_up", "superseded")
-                    if k in status
-                }
-                lines.append(f"  {pass_id}: {sorted(status)} {fields}")
+                fields = status.model_dump(
+                    include={"gate", "delivered", "caught_up", "superseded"}, exclude_none=True
+                )
+                lines.append(f"  {pass_id}: trained {status.trained}; {fields}")
         try:
             runs = airflow.api("dags/streamrec_pass/dagRuns/~/taskInstances?limit=1000")
             lines += [

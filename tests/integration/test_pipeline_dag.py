@@ -37,7 +37,6 @@ from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import parse_pass_id, pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 from trainers.metrics import exact_auc
-from trainers.results import TrainResult
 
 # the thread method: dag.test() runs Airflow's task timeouts on SIGALRM (pyproject.toml)
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180, method="thread")]
@@ -135,16 +134,17 @@ def stack(make_config) -> Stack:
 def test_every_pass_ran_through_the_dag(stack: Stack) -> None:
     for pass_id, run in stack.runs.items():
         assert str(run.state) == "success", (pass_id, _task_states(run))
-        assert stack.cluster.client.pass_status(pass_id)["train"]["pass_id"] == pass_id
+        trained = stack.cluster.client.pass_status(pass_id).train
+        assert trained is not None and trained.pass_id == pass_id
 
 
 def test_second_pass_global_auc_is_above_0_6(stack: Stack) -> None:
-    second = stack.cluster.client.pass_status(stack.pass_ids[1])["train"]
-    assert second["test"]["auc"] > 0.6, second
+    second = stack.cluster.client.pass_status(stack.pass_ids[1]).train
+    assert second is not None and second.test.auc > 0.6, second
     best = exact_auc(
         stack.batches[stack.pass_ids[1]].probabilities, observed(stack, stack.pass_ids[1])
     )
-    assert second["test"]["auc"] < best + 0.02  # nothing beats the generating model
+    assert second.test.auc < best + 0.02  # nothing beats the generating model
 
 
 def test_both_workers_report_the_same_global_auc(stack: Stack) -> None:
@@ -159,10 +159,10 @@ def test_every_row_is_evaluated_once_and_bad_events_are_counted(stack: Stack) ->
     total_malformed = 0
     for pass_id in stack.pass_ids:
         manifest = read_manifest(pass_dir(stack.cfg.paths.data_root, pass_id))
-        train = stack.cluster.client.pass_status(pass_id)["train"]
-        assert manifest.rows == len(stack.batches[pass_id].events)
-        assert train["test"]["count"] == train["train"]["count"] == manifest.rows
-        assert train["count_matches_manifest"]
+        train = stack.cluster.client.pass_status(pass_id).train
+        assert train is not None and manifest.rows == len(stack.batches[pass_id].events)
+        assert train.test.count == train.train.count == manifest.rows
+        assert train.count_matches_manifest
         total_malformed += manifest.counts.malformed_total
     assert total_malformed == len(MALFORMED)
 
@@ -171,13 +171,14 @@ def test_gate_decides_what_is_delivered(stack: Stack) -> None:
     registry = delivery.registry_for(stack.cfg)
     passed = []
     for pass_id, run in stack.runs.items():
-        gate = stack.cluster.client.pass_status(pass_id)["gate"]
+        gate = stack.cluster.client.pass_status(pass_id).gate
         states = _task_states(run)
-        if gate["passed"]:
+        assert gate is not None, pass_id
+        if gate.passed:
             passed.append(pass_id)
             assert states["deliver"] == "success"
         else:
-            assert gate["auc"] < stack.cfg.gate.min_auc or gate["reasons"]
+            assert gate.auc < stack.cfg.gate.min_auc or gate.reasons
             assert states["export"] == states["deliver"] == "skipped"
     assert passed, "no pass was delivered"
     assert registry.serving_version() == passed[-1]
@@ -194,7 +195,8 @@ def test_checkpoint_saved_for_every_pass(stack: Stack) -> None:
         path = root / f"{pass_id}-{kind}"
         info = json.loads((path / "CHECKPOINT.json").read_text())
         assert (info["pass_id"], info["kind"], info["parent"]) == (pass_id, kind, parent)
-        assert info["train"]["rows"] == stack.cluster.client.pass_status(pass_id)["train"]["rows"]
+        trained = stack.cluster.client.pass_status(pass_id).train
+        assert trained is not None and info["train"]["rows"] == trained.rows
         tables = [d for d in path.iterdir() if d.is_dir()]
         assert tables and all(any(t.iterdir()) for t in tables)
         assert 0 < info["saved_keys"] <= info["table_keys"]
@@ -205,32 +207,33 @@ def test_predictor_scores_like_the_cluster(stack: Stack) -> None:
     """The artifact of pass 2 scored on pass 3 gives the AUC the cluster measured on pass 3
     before training on it (same model state): training and serving agree."""
     second, third = stack.pass_ids[1], stack.pass_ids[2]
-    if not stack.cluster.client.pass_status(second)["gate"]["passed"]:
+    gate = stack.cluster.client.pass_status(second).gate
+    if gate is None or not gate.passed:
         pytest.fail("pass 2 was not delivered; its AUC is asserted above 0.6 elsewhere")
     artifact = Path(stack.cfg.paths.model_root) / stack.cfg.model.model / second
     verify_artifact(artifact)
     scores = Predictor(artifact).score(stack.batches[third].events)
     assert np.all(np.isfinite(scores)) and np.all((scores > 0) & (scores < 1))
-    cluster_view = stack.cluster.client.pass_status(third)["train"]["test"]
-    assert abs(exact_auc(scores, observed(stack, third)) - cluster_view["auc"]) < 0.003
-    assert math.isclose(float(scores.mean()), cluster_view["predicted_ctr"], rel_tol=1e-3)
+    trained = stack.cluster.client.pass_status(third).train
+    assert trained is not None
+    assert abs(exact_auc(scores, observed(stack, third)) - trained.test.auc) < 0.003
+    assert math.isclose(float(scores.mean()), trained.test.predicted_ctr, rel_tol=1e-3)
 
 
 def test_rerunning_a_pass_does_not_train_it_again(stack: Stack) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     pass_id = stack.pass_ids[1]
-    before_status = stack.cluster.client.pass_status(pass_id)
-    before = before_status["train"]
+    before = stack.cluster.client.pass_status(pass_id)
     dag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags")).get_dag(
         "streamrec_pass"
     )
     run = dag.test(logical_date=_window_end(stack.cfg, pass_id))
     assert str(run.state) == "success", _task_states(run)
     after = stack.cluster.client.pass_status(pass_id)
-    assert after["train"] == before
-    assert after["gate"] == before_status["gate"]  # judged once, not against a newer model
+    assert after.train == before.train
+    assert after.gate == before.gate  # judged once, not against a newer model
     assert delivery.registry_for(stack.cfg).serving_version() == stack.pass_ids[-1]
     again = stack.cluster.client.train(pass_id)
     assert again.already_done is True
-    assert again.test == TrainResult.from_reply(before).test
+    assert before.train is not None and again.test == before.train.test

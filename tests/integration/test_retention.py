@@ -16,6 +16,7 @@ import pytest
 
 from serving_export.delivery import registry_for
 from streamrec.config import DEFAULT_SPARSE_TABLE, dump_config
+from streamrec.contracts.pass_status import PassField, record
 from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -26,7 +27,7 @@ FIRST = "202601010000"
 
 
 @pytest.fixture(scope="module")
-def pipeline(make_config, build_passes, artifact_manifest) -> dict[str, Any]:
+def pipeline(make_config, build_passes, artifact_manifest, train_result) -> dict[str, Any]:
     cfg = make_config(
         checkpoints={"keep_bases": 1},
         retention={"artifacts_keep": 1, "slices_days": 1, "passes_days": 7, "redis_days": 30},
@@ -37,10 +38,10 @@ def pipeline(make_config, build_passes, artifact_manifest) -> dict[str, Any]:
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     for p in passes[:3]:  # trained, as the cluster records it; the fourth is not
         r.set(keys.done("train", p), f"cmd-{p}")
-        r.hset(keys.pass_status(p), "train", json.dumps({"pass_id": p}))
+        record(r, keys, p, PassField.TRAIN, train_result(p))
         r.hset(keys.command(f"cmd-{p}"), mapping={"kind": "train", "pass_id": p})
     recent = pass_id_at(datetime.now(UTC))
-    r.hset(keys.pass_status(recent), "train", json.dumps({"pass_id": recent}))
+    record(r, keys, recent, PassField.TRAIN, train_result(recent))
     r.xadd(keys.commands, {"id": "old", "kind": "train", "pass_id": passes[0]}, id="1000-0")
     r.xadd(keys.commands, {"id": "new", "kind": "train", "pass_id": recent}, id="*")
     r.set(keys.cursor, "1000-0")  # the cluster has run the old command

@@ -317,7 +317,7 @@ def test_publish_and_deliver_survive_sigkill(stack: Stack) -> None:
     pass_id = PASSES[7]
     trained = stack.cluster.client.train(pass_id)
     delivery.evaluate(stack.cfg, trained)
-    raw = stack.cluster.client.export(pass_id)["raw_export"]
+    raw = stack.cluster.client.export(pass_id).raw_export
     svc = stack.services["redis"]
     probe = stack.batches[pass_id].events[:8]
     rng = random.Random(11)

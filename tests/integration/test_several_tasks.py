@@ -39,8 +39,8 @@ from serving_export.delivery import evaluate
 from streaming.producer import synthetic_passes
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
+from streamrec.contracts.training import TrainResult
 from trainers.metrics import exact_auc
-from trainers.results import TrainResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -127,7 +127,7 @@ def test_each_task_learns_close_to_its_best_auc_and_serves_like_the_cluster(
     events = pass_events(cfg, passes[-1])
     with cli_cluster(config, env={"PYTHONPATH": str(EXAMPLE)}) as client:
         results = [client.train(p) for p in passes[:-1]]
-        raw = client.export(passes[-2])["raw_export"]
+        raw = client.export(passes[-2]).raw_export
         expected = cluster_task_scores(client, passes[-1], events)  # before training on it
         results.append(client.train(passes[-1]))
     _served_like_the_cluster(cfg, config, raw, results[-2], events, expected)

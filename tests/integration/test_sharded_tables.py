@@ -222,7 +222,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, build_passes) -> Iterator[Run]
             for index, pass_id in enumerate(passes[:3]):
                 reference.client.train(pass_id)
                 trained = client.train(pass_id)
-                raw = client.export(pass_id)["raw_export"]
+                raw = client.export(pass_id).raw_export
                 manifest = delivery.publish(cfg, raw, delivery.evaluate(cfg, trained))
                 delivery.deliver(cfg, manifest.version)
                 state.versions[pass_id] = manifest

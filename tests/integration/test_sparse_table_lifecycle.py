@@ -18,9 +18,10 @@ import pytest
 from ops import pass_sequence
 from serving_export import delivery
 from serving_export.manifest import ArtifactManifest
-from serving_export.quality_gate import GateDecision
 from serving_export.sparse_store import InProcessStore
 from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, dump_config
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.training import MaintainReply
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints, saved_column
@@ -37,7 +38,7 @@ PASS_MINUTES = 720  # two passes a day: maintenance after every second pass
 class Lifecycle:
     cfg: PipelineConfig
     keys_after_pass: list[int]
-    maintenance: list[dict]  # the three days' results
+    maintenance: list[MaintainReply]  # the three days' replies
     versions: list[ArtifactManifest]  # with ``publish``: each pass's, as the DAG makes it
 
 
@@ -49,6 +50,12 @@ def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
         synthetic={"events_per_pass": 3000, "cardinality": {"user_id": 2_000_000}},
     )
     return cfg, list(build_passes(cfg, FIRST, 6))[:6]
+
+
+def _kept(day: MaintainReply) -> int:
+    """The keys a day's maintenance kept (its daily save's)."""
+    assert day.checkpoint is not None, day
+    return day.checkpoint.table_keys
 
 
 def _run(
@@ -67,13 +74,13 @@ def _run(
             trained = cluster.client.train(pass_id)
             keys.append(trained.checkpoint.table_keys)
             if publish:  # before the day's end, as the DAG's tasks run (any gate passes)
-                passed = GateDecision(True, trained.test.auc, None)
+                passed = GateDecision(passed=True, auc=trained.test.auc, serving_auc=None)
                 version = pass_sequence.publish(cfg, cluster.client, pass_id, passed)
                 versions.append(delivery.registry_for(cfg).manifest(version))
             # the cluster's half of pass_sequence.day_end: retention would delete the
             # passes of the stream the other fixture's cluster trains on
             done = cluster.client.maintain_if_day_ends(pass_id, PASS_MINUTES)
-            if done["maintenance"]:
+            if done.maintenance:
                 maintenance.append(done)
     return Lifecycle(cfg, keys, maintenance, versions)
 
@@ -92,7 +99,7 @@ def _unseen_days(save: Path) -> np.ndarray:
 
 def test_maintenance_runs_once_a_day_and_ages_unseen_keys(stream, plain: Lifecycle) -> None:
     _, passes = stream
-    assert [m["day"] for m in plain.maintenance] == ["20261001", "20261002", "20261003"]
+    assert [m.day for m in plain.maintenance] == ["20261001", "20261002", "20261003"]
     assert plain.keys_after_pass == sorted(plain.keys_after_pass)  # nothing is ever evicted
     saves = {i.name: i for i in list_checkpoints(plain.cfg.paths.checkpoint_root)}
     for day_last, next_pass in ((passes[1], passes[2]), (passes[3], passes[4])):
@@ -108,7 +115,7 @@ def test_maintenance_runs_once_a_day_and_ages_unseen_keys(stream, plain: Lifecyc
     with LocalCluster(plain.cfg, resolved) as cluster:
         connect(plain.cfg.redis).delete(RedisKeys(plain.cfg.name).done("maintain", passes[3]))
         again = cluster.client.maintain_if_day_ends(passes[3], PASS_MINUTES)
-    assert again["already_done"] and again["maintenance"]
+    assert again.already_done and again.maintenance
     assert len([i for i in list_checkpoints(root) if i.kind == "daily"]) == 3
 
 
@@ -126,15 +133,15 @@ def test_eviction_bounds_the_table_and_admission_keeps_one_off_keys_out(
     )
     admitting = _run(make_config, stream_cfg, passes, admission=True)
 
-    after_shrink = [m["checkpoint"]["table_keys"] for m in evicting.maintenance]
-    plain_days = [m["checkpoint"]["table_keys"] for m in plain.maintenance]
+    after_shrink = [_kept(m) for m in evicting.maintenance]
+    plain_days = [_kept(m) for m in plain.maintenance]
     print(
         "table keys per pass: plain", plain.keys_after_pass, "after each day", plain_days,
         "| evicting", evicting.keys_after_pass, "after each shrink", after_shrink,
         "| admitting", admitting.keys_after_pass,
     )  # fmt: skip
     for day in evicting.maintenance:  # every shrink removes the keys below the threshold
-        assert day["checkpoint"]["table_keys"] < day["keys_before"]
+        assert day.keys_before is not None and _kept(day) < day.keys_before
     assert after_shrink[-1] < 0.5 * plain_days[-1]
     # bounded: once keys can age out (unseen for more than one day), the table stops
     # growing with the stream while the plain one keeps taking every new one-off id

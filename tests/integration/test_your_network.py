@@ -32,8 +32,8 @@ from serve_process import Service
 from serving_export.delivery import evaluate
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
+from streamrec.contracts.training import TrainResult
 from trainers.launcher import LocalCluster
-from trainers.results import TrainResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -78,7 +78,7 @@ def test_the_din_example_trains_serves_like_the_cluster_and_beats_ctr_dnn(
     events = pass_events(din, passes[-1])
     with cli_cluster(config, env={"PYTHONPATH": str(EXAMPLE)}) as client:
         results = [client.train(p) for p in passes[:-1]]
-        raw = client.export(passes[-2])["raw_export"]
+        raw = client.export(passes[-2]).raw_export
         expected = cluster_scores(client, passes[-1], events)  # before training on it
         results.append(client.train(passes[-1]))
 

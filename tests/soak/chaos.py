@@ -81,6 +81,7 @@ from streamrec.config import (
     load_config,
     with_services,
 )
+from streamrec.contracts.pass_status import read_statuses
 from streamrec.kafka_broker import start_kafka
 from streamrec.local_ports import free_port
 from streamrec.logs import setup_logging
@@ -400,11 +401,9 @@ class Soak:
             r, keys = connect(self.cfg.redis), RedisKeys(self.cfg.name)
             serving = registry_for(self.cfg).serving_version()
             states = {}
-            for pass_id in self.complete():
-                raw = r.hgetall(keys.pass_status(pass_id))
-                status = {k: json.loads(v) for k, v in raw.items()}
-                started = (status.get("train") or {}).get("started_at")
-                states[pass_id] = (started, pass_finished(status, serving))
+            for status in read_statuses(r, keys, self.complete()):
+                started = status.train.started_at if status.train else None
+                states[status.pass_id] = (started, pass_finished(status, serving))
             return states
         except redis.RedisError:
             return {}

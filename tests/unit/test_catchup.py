@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ops.catchup import CAUGHT_UP_FIELD, CatchUp, caught_up_by, next_in_backlog
-from serving_export.quality_gate import GateDecision
+from ops.catchup import caught_up_by, next_in_backlog
 from streamrec.config import PipelineConfig, derived
+from streamrec.contracts.catch_up import CatchUp, CaughtUp
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.pass_status import PassField, record
 from streamrec.passes import pass_dir, slice_dir
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -36,19 +38,23 @@ def test_the_backlog_is_taken_in_order_and_stops_at_a_pending_window(
 
 
 def test_the_result_crosses_xcom_as_json() -> None:
+    decision = GateDecision(passed=True, auc=0.7, serving_auc=0.69)
     caught = CatchUp(
-        "202601010030", ("202601010010", "202601010030"), GateDecision(True, 0.7, 0.69)
+        pass_id="202601010030", trained=("202601010010", "202601010030"), decision=decision
     )
-    assert CatchUp.from_dict(caught.to_dict()) == caught
+    assert CatchUp.from_wire(json.loads(json.dumps(caught.to_wire()))) == caught
 
 
-def test_a_pass_counts_as_caught_up_once_trained_not_when_only_claimed(make_config) -> None:
+def test_a_pass_counts_as_caught_up_once_trained_not_when_only_claimed(
+    make_config, train_result
+) -> None:
     """The catch-up claims a pass before it trains it; a run whose sensor sees only the
     claim (the catch-up failed, its run was marked done by hand) must train the pass."""
     cfg = make_config()
-    r, status = connect(cfg.redis), RedisKeys(cfg.name).pass_status("202601010010")
-    r.hset(status, CAUGHT_UP_FIELD, json.dumps({"by_run_of": "202601010000", "at": 1.0}))
-    assert caught_up_by(cfg, "202601010010") is None
-    r.hset(status, "train", json.dumps({"pass_id": "202601010010"}))
-    assert caught_up_by(cfg, "202601010010") == {"by_run_of": "202601010000", "at": 1.0}
+    r, keys, pass_id = connect(cfg.redis), RedisKeys(cfg.name), "202601010010"
+    claim = CaughtUp(by_run_of="202601010000", at=1.0)
+    record(r, keys, pass_id, PassField.CAUGHT_UP, claim)
+    assert caught_up_by(cfg, pass_id) is None
+    record(r, keys, pass_id, PassField.TRAIN, train_result(pass_id))
+    assert caught_up_by(cfg, pass_id) == claim
     assert caught_up_by(cfg, "202601010020") is None

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from streamrec.config import RedisConfig
+from streamrec.contracts.pass_status import read_status
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import WORKER, Command, WorkerChannel
@@ -99,7 +100,9 @@ def test_a_heartbeat_under_way_never_overwrites_a_newer_stage(services) -> None:
     assert not r.exists(keys.heartbeat(WORKER, 0))
 
 
-def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(services) -> None:
+def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(
+    services, train_result
+) -> None:
     """One cursor for the cluster, moved in the transaction that records a command: until
     worker 0 records it, every worker reads that command again (a kill before the record
     re-runs it on all of them); once it is recorded, every worker reads the next one. The
@@ -112,9 +115,10 @@ def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(servi
     ]
     first = leader.next_command(block_ms=10)
     assert first is not None and first.id == "c1"
-    leader.acknowledge(first, {"rows": 1})
+    reply = train_result("p1").to_wire()
+    leader.acknowledge(first, reply)
     assert [leader.next_command(10).id, other.next_command(10).id] == ["c1", "c1"]
-    leader.record(first, {"rows": 1}, None)
+    leader.record(first, reply, None)
     assert r.get(keys.cursor) == ids[0]
     assert r.exists(keys.done("train", "p1")) and r.hget(keys.command("c1"), "status") == "done"
     assert [leader.next_command(10).id, other.next_command(10).id] == ["c2", "c2"]
@@ -126,3 +130,29 @@ def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(servi
     assert r.get(keys.cursor) == ids[0]
     assert not list(scan_keys(r, keys.rank_cursor_pattern(WORKER)))
     assert other.next_command(10).id == "c2"
+
+
+def test_a_reply_is_recorded_on_the_pass_once_and_a_broken_one_fails_its_command(
+    services, train_result
+) -> None:
+    """The pass status holds the first reply; a re-sent command's stored reply does not
+    overwrite it, one the restored model gave (its marker lost) does, and a reply that
+    breaks its contract fails the command naming the field, leaving the status alone."""
+    r = connect(RedisConfig(url=services.redis_url))
+    keys = RedisKeys(f"record-{time.time_ns()}")
+    leader = WorkerChannel(r, keys, 0, 1.0)
+    first = train_result("p1", auc=0.7)
+    leader.record(Command("c1", "train", "p1", "1-0"), first.to_wire(), None)
+    assert read_status(r, keys, "p1").train == first
+    again = first.model_copy(update={"already_done": True, "test": first.train})
+    leader.record(Command("c2", "train", "p1", "2-0"), again.to_wire(), None)
+    assert read_status(r, keys, "p1").train == first and r.get(keys.done("train", "p1")) == "c1"
+    restored = again.model_copy(update={"already_in_model": "p1-base"})
+    leader.record(Command("c3", "train", "p1", "3-0"), restored.to_wire(), None)
+    assert read_status(r, keys, "p1").train == restored
+
+    broken = {k: v for k, v in train_result("p2").to_wire().items() if k != "rows"}
+    leader.record(Command("c4", "train", "p2", "4-0"), broken, None)
+    assert r.hget(keys.command("c4"), "status") == "failed"
+    assert "rows" in r.hget(keys.command("c4"), "error")
+    assert read_status(r, keys, "p2").train is None and not r.exists(keys.done("train", "p2"))

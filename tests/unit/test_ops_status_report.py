@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from html.parser import HTMLParser
@@ -16,6 +17,8 @@ from ops.status import (
     pass_finished,
     stale_after_seconds,
 )
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.pass_status import PassStatus
 from streamrec.passes import PartitionHold
 
 
@@ -63,21 +66,29 @@ def test_table_shows_dashes_where_a_stage_has_not_reached_the_pass() -> None:
 
 
 def test_a_pass_is_finished_delivered_rejected_or_superseded_by_a_newer_version() -> None:
-    gate = {"passed": True, "auc": 0.7, "serving_auc": None, "reasons": []}
     p = "202601010010"
-    assert pass_finished({"gate": gate, "delivered": {"version": p}}, "202601010010")
-    assert pass_finished({"gate": {**gate, "passed": False}}, None)
-    assert not pass_finished({"gate": gate}, "202601010020")  # its own run still to deliver
-    claimed = {"caught_up": {"by_run_of": "202601010000"}}
-    assert not pass_finished(claimed, "202601010020")  # a catch-up is training it
+    gate = GateDecision(passed=True, auc=0.7, serving_auc=None)
+
+    def status(**fields: object) -> PassStatus:
+        return PassStatus.from_hash(
+            p, {k: json.dumps(v) for k, v in fields.items()} | {"gate": gate.to_json()}
+        )
+
+    delivered = {"version": p, "previous": None, "switched": True, "at": 1.0}
+    assert pass_finished(status(delivered=delivered), "202601010010")
+    rejected_gate = gate.model_copy(update={"passed": False})
+    assert pass_finished(PassStatus(pass_id=p, gate=rejected_gate), None)
+    assert not pass_finished(status(), "202601010020")  # its own run still to deliver
+    claimed = {"caught_up": {"by_run_of": "202601010000", "at": 1.0}}
+    assert not pass_finished(status(**claimed), "202601010020")  # a catch-up trains it
     # the run's own pass, and a pass its catch-up trained, when the catch-up went on to
     # 0030: only 0030 is exported
-    own = {"gate": gate, "superseded": {"by": "202601010030", "delivers": True}}
-    for older in (own, {**own, **claimed}):
+    own = {"superseded": {"by": "202601010030", "delivers": True}}
+    for older in (status(**own), status(**own, **claimed)):
         assert pass_finished(older, "202601010030") and pass_finished(older, "202601010040")
         assert not pass_finished(older, "202601010000")  # the run's export to come
     # the catch-up's newest pass was rejected: no pass of that run is delivered, ever
-    rejected = {**own, "superseded": {"by": "202601010030", "delivers": False}}
+    rejected = status(superseded={"by": "202601010030", "delivers": False})
     assert pass_finished(rejected, "202601010000") and pass_finished(rejected, None)
 
 

@@ -6,11 +6,12 @@ import math
 
 import pytest
 
-from serving_export.quality_gate import GateDecision, judge
+from serving_export.quality_gate import judge
 from streamrec.config import GateConfig
+from streamrec.contracts.delivery import GateDecision
+from streamrec.contracts.training import TaskResult, TrainResult
 from streamrec.errors import ContractError
 from trainers.metrics import PassMetrics
-from trainers.results import TaskResult, TrainResult
 
 GATE = GateConfig(min_auc=0.6, max_auc_drop=0.02, min_rows=100)
 
@@ -51,12 +52,12 @@ def _result(
 
 
 def _serving(auc: float, **task_aucs: float) -> GateDecision:
-    return GateDecision(True, auc, None, [], task_aucs)
+    return GateDecision(passed=True, auc=auc, serving_auc=None, task_aucs=task_aucs)
 
 
 def test_passes_a_good_first_model() -> None:
     d = judge(_result(0.7), None, GATE)
-    assert d.passed and d.reasons == [] and d.serving_auc is None
+    assert d.passed and d.reasons == () and d.serving_auc is None
 
 
 def test_rejects_each_failure_with_a_reason() -> None:
@@ -71,14 +72,12 @@ def test_rejects_each_failure_with_a_reason() -> None:
 
 def test_a_train_result_missing_or_renaming_a_field_fails_at_the_boundary() -> None:
     """A renamed key must not read as a model that measured nothing ("AUC is not finite")."""
-    reply = _result(0.7).reply()
-    assert TrainResult.from_reply(reply) == _result(0.7)  # NaN-free: equal after the trip
-    # the control plane reads a re-sent command's markers by their presence
-    assert "already_in_model" not in reply and "already_done" not in reply
+    reply = _result(0.7).to_wire()
+    assert TrainResult.from_wire(reply) == _result(0.7)  # NaN-free: equal after the trip
     reply["progressive_auc"] = reply.pop("test")
     with pytest.raises(ContractError, match="test") as failed:
-        TrainResult.from_reply(reply)
-    assert "202601010000" in str(failed.value)
+        TrainResult.from_wire(reply, "train 202601010000")
+    assert "202601010000" in str(failed.value) and "TrainResult" in str(failed.value)
 
 
 def test_each_head_is_judged_with_its_own_bounds_against_its_serving_auc() -> None:
@@ -92,15 +91,15 @@ def test_each_head_is_judged_with_its_own_bounds_against_its_serving_auc() -> No
     d = judge(_result(0.8, tasks=both), None, gate)
     assert d.passed and d.task_aucs == {"conversion": 0.75}  # a conditional only when named
     low = judge(_result(0.8, tasks={"conversion": 0.65}), None, gate)
-    assert low.reasons == ["conversion AUC 0.6500 < min_auc 0.7"]
+    assert low.reasons == ("conversion AUC 0.6500 < min_auc 0.7",)
     # against the serving version's own AUC for that head, with the head's own drop
     assert judge(
         _result(0.8, tasks={"conversion": 0.76}), _serving(0.8, conversion=0.8), gate
     ).passed
     dropped = judge(_result(0.8, tasks={"conversion": 0.74}), _serving(0.8, conversion=0.8), gate)
-    assert dropped.reasons == ["conversion AUC 0.7400 is more than 0.05 below serving 0.8000"]
+    assert dropped.reasons == ("conversion AUC 0.7400 is more than 0.05 below serving 0.8000",)
     # a conditional task named in gate.tasks is judged; a head without bounds takes the main's
     named = GateConfig(min_auc=0.6, max_auc_drop=0.02, min_rows=100, tasks={"conversion|click": {}})
     d = judge(_result(0.8, tasks=both), None, named)
-    assert d.reasons == ["conversion|click AUC 0.5500 < min_auc 0.6"]
+    assert d.reasons == ("conversion|click AUC 0.5500 < min_auc 0.6",)
     assert d.task_aucs == both

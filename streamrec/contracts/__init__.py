@@ -1,0 +1,26 @@
+"""The contracts between stages and processes: frozen typed models, each with one pair of
+wire functions (``to_json``/``to_wire`` and ``from_wire``), and the per-pass status they
+make up. Part of the shared core: every stage may read them, none owns them."""
+
+from streamrec.lazy import lazy_exports
+
+_EXPORTS = {
+    "CatchUp": "streamrec.contracts.catch_up",
+    "CaughtUp": "streamrec.contracts.catch_up",
+    "Contract": "streamrec.contracts.wire",
+    "DayEnd": "streamrec.contracts.day_end",
+    "Delivery": "streamrec.contracts.delivery",
+    "ExportReply": "streamrec.contracts.training",
+    "GateDecision": "streamrec.contracts.delivery",
+    "MaintainReply": "streamrec.contracts.training",
+    "PassField": "streamrec.contracts.pass_status",
+    "PassMetrics": "streamrec.contracts.training",
+    "PassStatus": "streamrec.contracts.pass_status",
+    "RedisPush": "streamrec.contracts.delivery",
+    "RetentionRun": "streamrec.contracts.day_end",
+    "SaveSummary": "streamrec.contracts.training",
+    "Superseded": "streamrec.contracts.catch_up",
+    "TaskResult": "streamrec.contracts.training",
+    "TrainResult": "streamrec.contracts.training",
+}
+__all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

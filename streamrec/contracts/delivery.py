@@ -1,0 +1,39 @@
+"""What the delivery steps decide and do: the gate's decision on a pass and the delivery of
+its version (``serving_export.delivery``), both kept on the pass's status."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from streamrec.contracts.wire import Contract
+
+
+class GateDecision(Contract):
+    """Whether to deliver the model trained through a pass, and why not."""
+
+    passed: bool
+    auc: float
+    serving_auc: float | None
+    reasons: tuple[str, ...] = ()
+    task_aucs: dict[str, float] = Field(default_factory=dict)  # each further task judged
+
+
+class RedisPush(Contract):
+    """The layers of a version's lineage written to the Redis sparse store."""
+
+    version: str
+    layers_written: tuple[str, ...]
+    keys_written: int
+    seconds: float
+
+
+class Delivery(Contract):
+    """A version handed to serving: made the serving one (``switched``; not when a newer
+    one serves), or proposed as the canary candidate (``candidate``: whether it is)."""
+
+    version: str
+    previous: str | None
+    switched: bool
+    at: float  # epoch seconds
+    redis: RedisPush | None = None  # with the Redis sparse store, written first
+    candidate: bool | None = None  # with serving.canary_share: made the candidate

@@ -1,0 +1,46 @@
+"""The one pair of wire functions every contract has: to JSON and back.
+
+A contract is a frozen pydantic model that forbids unknown fields, so a renamed or missing
+field fails where it is read, naming itself (``ContractError``), and not later as a wrong
+number. NaN metrics stay NaN on the wire: ``json`` writes and reads them, where pydantic's
+own JSON would write ``null`` and then refuse it as a float.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from streamrec.errors import ContractError, broken_fields
+
+
+class Contract(BaseModel):
+    """A value that crosses a process or a stage."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def to_wire(self) -> dict[str, Any]:
+        """As JSON-ready data (Airflow's XCom, a reply)."""
+        return json.loads(self.to_json())
+
+    def to_json(self) -> str:
+        """As JSON text (a Redis field, a file)."""
+        return json.dumps(self.model_dump(mode="python"))
+
+    @classmethod
+    def from_wire(cls, raw: str | bytes | Mapping[str, Any], what: str = "") -> Self:
+        """Read ``raw`` (JSON text or decoded data); ContractError naming the contract,
+        ``what`` was read, and each broken field."""
+        try:
+            data = json.loads(raw) if isinstance(raw, str | bytes) else raw
+            return cls.model_validate(data)
+        except ValidationError as e:
+            where = f" ({what})" if what else ""
+            raise ContractError(
+                f"{cls.__name__}{where} breaks its contract ({cls.__module__}): {broken_fields(e)}"
+            ) from None
+        except json.JSONDecodeError as e:
+            raise ContractError(f"{cls.__name__}{what and f' ({what})'} is not JSON: {e}") from None
