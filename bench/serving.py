@@ -428,7 +428,7 @@ def main() -> int:
     parser.add_argument("--big-rows", type=int, default=900_000, help="rows of the big pass")
     parser.add_argument("--small-rows", type=int, default=20_000, help="rows of a small pass")
     parser.add_argument("--min-keys", type=int, default=1_000_000, help="table size wanted")
-    parser.add_argument("--requests", type=int, default=3000, help="batch-1 requests timed")
+    parser.add_argument("--requests", type=int, default=10_000, help="batch-1 requests timed")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients")
     parser.add_argument("--seconds", type=float, default=10, help="throughput run length")
     parser.add_argument(

@@ -37,12 +37,11 @@ from serving_export.sparse_store import RedisStore
 from streaming.slices import latest_slice, slice_pass_ids
 from streamrec.config import PipelineConfig
 from streamrec.contracts.day_end import RetentionRun
+from streamrec.layout import Layout
 from streamrec.passes import (
     closes_day,
     complete_passes,
-    pass_dir,
     pass_id_at,
-    slices_root,
     window_ms,
 )
 from streamrec.redis_conn import connect, scan_keys
@@ -97,14 +96,17 @@ def _passes(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime)
         if _trained(r, keys, pass_id, saved):
             yield Deletion(
                 "pass",
-                str(pass_dir(cfg.paths.data_root, pass_id)),
+                str(Layout.of(cfg.paths).data.pass_dir(pass_id)),
                 f"trained, window ended over {ret.passes_days:g} days ago",
             )
 
 
 def _slices(cfg: PipelineConfig, now: datetime):
     root, minutes = cfg.paths.data_root, cfg.passes.pass_minutes
-    partitions = {int(p.name[1:]) for p in slices_root(root).glob("*/*/p*") if p.name[1:].isdigit()}
+    layout = Layout.of(cfg.paths)
+    partitions = {
+        int(p.name[1:]) for p in layout.data.slices.glob("*/*/p*") if p.name[1:].isdigit()
+    }
     newest = [s.pass_id for p in partitions if (s := latest_slice(root, p, minutes))]
     if not newest:
         return
@@ -117,7 +119,7 @@ def _slices(cfg: PipelineConfig, now: datetime):
         if pass_id in complete:
             yield Deletion(
                 "slice",
-                str(slices_root(root) / pass_id[:8] / pass_id),
+                str(layout.data.slices_of(pass_id)),
                 f"assembled into its pass, older than {cfg.retention.slices_days:g} days",
             )
 
@@ -130,7 +132,7 @@ def _checkpoints(cfg: PipelineConfig):
 
 
 def _raw_exports(cfg: PipelineConfig):
-    root = Path(cfg.paths.work_root) / "exports"
+    root = Layout.of(cfg.paths).exports
     exports = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
     for path in exports[:-1]:
         yield Deletion("raw-export", str(path), "packaged or superseded by a newer export")
@@ -139,7 +141,7 @@ def _raw_exports(cfg: PipelineConfig):
 def _artifacts(cfg: PipelineConfig):
     registry = registry_for(cfg)
     serving = registry.serving_version()
-    model_dir = Path(cfg.paths.model_root) / cfg.model.model
+    model_dir = Layout.of(cfg.paths).model_dir(cfg.model.model)
     on_disk = {p.name for p in model_dir.glob("*") if p.is_dir() and not p.name.startswith(".")}
     versions = sorted(on_disk | set(registry.versions()))
     keep = set(versions[-cfg.retention.artifacts_keep :]) | {serving} - {None}
@@ -220,7 +222,8 @@ def apply(
 
 
 def _remove_empty_days(cfg: PipelineConfig) -> None:
-    for root in (Path(cfg.paths.data_root) / "passes", slices_root(cfg.paths.data_root)):
+    data = Layout.of(cfg.paths).data
+    for root in (data.passes, data.slices):
         for day in root.glob("[0-9]*") if root.is_dir() else []:
             if day.is_dir() and not any(day.iterdir()):
                 day.rmdir()

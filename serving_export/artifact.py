@@ -49,6 +49,7 @@ from streaming.feature_signs import SIGN_VERSION
 from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for
 from streamrec.config import PipelineConfig
 from streamrec.contracts.delivery import GateDecision
+from streamrec.layout import Layout
 from streamrec.passes import pass_dir, read_manifest
 from trainers.export_spec import ExportSpec, read_export_spec
 
@@ -61,7 +62,7 @@ ONNX_NAME = "model.onnx"
 
 def artifact_dir(cfg: PipelineConfig, version: str) -> Path:
     """Where version ``version`` of this pipeline's model lives."""
-    return version_dir(Path(cfg.paths.model_root) / cfg.model.model, version)
+    return version_dir(Layout.of(cfg.paths).model_dir(cfg.model.model), version)
 
 
 def version_dir(model_dir: Path, version: str) -> Path:

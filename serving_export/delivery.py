@@ -25,6 +25,7 @@ from streamrec.contracts.delivery import Delivery, GateDecision, RedisPush
 from streamrec.contracts.pass_status import PassField, read_status, record
 from streamrec.contracts.training import TrainResult
 from streamrec.contracts.wire import Contract
+from streamrec.layout import Layout
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 
@@ -90,7 +91,7 @@ def publish(
 
 def sparse_store_for(cfg: PipelineConfig) -> InProcessStore | RedisStore:
     """The sparse store ``serving.sparse_store`` names."""
-    model_dir = Path(cfg.paths.model_root) / cfg.model.model
+    model_dir = Layout.of(cfg.paths).model_dir(cfg.model.model)
     if cfg.serving.sparse_store == "redis":
         return RedisStore.from_config(cfg.redis, RedisKeys(cfg.name), cfg.model.model, model_dir)
     return InProcessStore(model_dir, cfg.serving.compact_ratio)

@@ -34,6 +34,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streamrec.errors import ContractError
+from streamrec.layout import DataLayout, day_of
 
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "_manifest.json"
@@ -78,7 +79,7 @@ def next_pass_id(pass_id: str, pass_minutes: int) -> str:
 
 def closes_day(pass_id: str, pass_minutes: int) -> bool:
     """True for the last pass of a logical (UTC) day: the daily maintenance runs after it."""
-    return next_pass_id(pass_id, pass_minutes)[:8] != pass_id[:8]
+    return day_of(next_pass_id(pass_id, pass_minutes)) != day_of(pass_id)
 
 
 def window_floor(moment: datetime, pass_minutes: int) -> datetime:
@@ -90,23 +91,23 @@ def window_floor(moment: datetime, pass_minutes: int) -> datetime:
 def pass_dir(data_root: Path, pass_id: str) -> Path:
     """Directory of ``pass_id`` under ``data_root``."""
     parse_pass_id(pass_id)
-    return Path(data_root) / "passes" / pass_id[:8] / pass_id
+    return DataLayout(Path(data_root)).pass_dir(pass_id)
 
 
 def slices_root(data_root: Path) -> Path:
     """Root of every partition's slices."""
-    return Path(data_root) / "slices"
+    return DataLayout(Path(data_root)).slices
 
 
 def slice_dir(data_root: Path, pass_id: str, partition: int) -> Path:
     """Directory of partition ``partition``'s slice of ``pass_id``."""
     parse_pass_id(pass_id)
-    return slices_root(data_root) / pass_id[:8] / pass_id / f"p{partition}"
+    return DataLayout(Path(data_root)).slice_dir(pass_id, partition)
 
 
 def latest_slice_index(data_root: Path, partition: int) -> Path:
     """File naming the newest slice of ``partition`` (a hint; slices are the truth)."""
-    return slices_root(data_root) / "_latest" / f"p{partition}.json"
+    return DataLayout(Path(data_root)).latest_slice_index(partition)
 
 
 def hold_path(data_root: Path, topic: str, partition: int) -> Path:
@@ -337,7 +338,7 @@ def pass_state(data_root: Path, pass_id: str) -> tuple[PassState, str]:
 
 def complete_passes(data_root: Path) -> list[str]:
     """Ids of every complete pass under ``data_root``, oldest first."""
-    root = Path(data_root) / "passes"
+    root = DataLayout(Path(data_root)).passes
     if not root.is_dir():
         return []
     return sorted(

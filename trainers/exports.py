@@ -11,6 +11,7 @@ from typing import Any
 from streamrec.atomic_fs import publish_dir, temp_dir_for
 from streamrec.config import sparse_tables
 from streamrec.contracts.training import ExportReply
+from streamrec.layout import Layout
 from trainers import dense_tables
 from trainers.export_spec import (
     EXPORT_VERSION,
@@ -78,7 +79,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
             f"export of {pass_id} asked, but the model's newest save is after "
             f"{ctx.chain[-1].pass_id if ctx.chain else 'no pass'}: train {pass_id} first"
         )
-    raw = Path(ctx.cfg.paths.work_root) / "exports" / f"{pass_id}-{command_id}"
+    raw = Layout.of(ctx.cfg.paths).export_dir(pass_id, command_id)
     seconds: dict[str, float] = {}
 
     def write() -> None:

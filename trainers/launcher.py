@@ -21,6 +21,7 @@ import psutil
 
 from streamrec.config import PipelineConfig, derived, dump_config, load_config
 from streamrec.entry import run_command
+from streamrec.layout import Layout
 from streamrec.redis_conn import require_credentials
 from streamrec.signals import ignore_stop_signals
 from trainers.control_plane import ClusterClient
@@ -39,7 +40,7 @@ class LocalCluster:
     def __init__(self, cfg: PipelineConfig, config_path: Path) -> None:
         self.cfg = cfg
         self.config_path = Path(config_path).resolve()
-        self.log_dir = Path(cfg.paths.work_root) / "cluster-logs"
+        self.log_dir = Layout.of(cfg.paths).cluster_logs
         self.client = ClusterClient.from_config(cfg)
         self._processes: NodeProcesses | None = None
         self._network_checked = False

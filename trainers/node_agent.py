@@ -33,6 +33,7 @@ import redis
 
 from streamrec.config import PipelineConfig
 from streamrec.errors import ServiceError
+from streamrec.layout import Layout
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
@@ -68,7 +69,7 @@ class NodeAgent:
         self.client = ClusterClient(
             self._r, self.keys, c.command_timeout_seconds, c.heartbeat_seconds
         )
-        logs = Path(cfg.paths.work_root) / "cluster-logs"
+        logs = Layout.of(cfg.paths).cluster_logs
         self.log_dir = logs if topology.single_host else logs / node
         self.processes: NodeProcesses | None = None
         self.generation = 0  # the generation this agent last ran members in

@@ -21,6 +21,7 @@ import numpy as np
 
 from streaming.pipe_reader import convert_file, text_command
 from streamrec.config import RunnerConfig
+from streamrec.layout import Layout
 from trainers.instance_dump import point_dump, read_dump
 from trainers.metrics import STAT_NAMES, stats_from_predictions
 from trainers.models import AUC_BUCKETS, TaskGraph
@@ -144,7 +145,7 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Task
     import paddle
 
     program = paddle.static.default_main_program() if phase == "train" else ctx.scoring
-    dump = Path(ctx.cfg.paths.work_root) / "metric-dumps" / f"worker-{ctx.rank}" / phase
+    dump = Layout.of(ctx.cfg.paths).metric_dumps(ctx.rank, phase)
     tasks, conditionals = ctx.graph.tasks, ctx.graph.conditionals
     fields = [name for t in tasks.values() for name in (t.predict.name, t.label.name)]
     # a conditional task needs each row's scores: dumped, as several threads need them too
@@ -196,7 +197,7 @@ def sampled_rows(parts: list[int], every: int) -> int:
 def as_text(ctx: WorkerContext, parts: list[str], seconds: dict[str, float]) -> Iterator[list[str]]:
     """This worker's ``parts`` of a pass converted to MultiSlot text once, in local files
     that every read of the pass streams (``text_command``), removed after the pass."""
-    root = Path(ctx.cfg.paths.work_root) / "pass-text" / f"worker-{ctx.rank}"
+    root = Layout.of(ctx.cfg.paths).pass_text(ctx.rank)
     shutil.rmtree(root, ignore_errors=True)  # left by a worker killed mid-pass
     root.mkdir(parents=True)
     texts = [str(root / f"{i:05d}.txt") for i in range(len(parts))]

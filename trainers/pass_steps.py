@@ -23,7 +23,6 @@ import logging
 import math
 import shutil
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -33,6 +32,7 @@ import pyarrow.parquet as pq
 
 from streaming.pipe_reader import pipe_command, text_command
 from streamrec.contracts.training import TaskResult, TrainResult
+from streamrec.layout import Layout
 from streamrec.passes import pass_dir, read_manifest
 from trainers import dense_tables
 from trainers.checkpoints import next_kind
@@ -226,7 +226,7 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     files = [str(directory / p.file) for p in read_manifest(directory).parts]
     mine = files[ctx.rank :: ctx.workers]
-    out = Path(ctx.cfg.paths.work_root) / "scores" / f"{pass_id}-{command_id}"
+    out = Layout.of(ctx.cfg.paths).scores_dir(pass_id, command_id)
     dump = out / f"dump-{ctx.rank}"
     program = ctx.scoring
     tasks = ctx.graph.tasks

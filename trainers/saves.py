@@ -15,6 +15,7 @@ import numpy as np
 
 from streamrec.atomic_fs import publish_dir
 from streamrec.contracts.training import MaintainReply, SaveSummary
+from streamrec.layout import day_of
 from streamrec.passes import PassManifest, pass_dir, read_manifest
 from trainers import dense_tables
 from trainers.checkpoints import (
@@ -65,7 +66,7 @@ def save(
         kind=kind,
         seq=parent.seq + 1 if parent else 0,
         parent=parent.name if parent and kind == "delta" else None,
-        day=pass_id[:8] if kind == "daily" else None,
+        day=day_of(pass_id) if kind == "daily" else None,
         table_keys=0,
         saved_keys=0,
         consumed_to=manifest.consumed_to,
@@ -122,7 +123,7 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any
         info = save(ctx, pass_id, "daily", command_id, manifest, ctx.chain[-1].train)
     return MaintainReply(
         pass_id=pass_id,
-        day=pass_id[:8],
+        day=day_of(pass_id),
         keys_before=keys_before,
         checkpoint=checkpoint_summary(ctx, info),
         seconds=seconds,
