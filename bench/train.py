@@ -54,6 +54,7 @@ from pipeline import REPO, bench_config, build, fleet_job, tsv_line, with_settin
 
 from streamrec.auc import exact_auc
 from streamrec.config import PipelineConfig, derived, dump_config, load_config
+from streamrec.contracts.training import ScoreReply
 from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
@@ -196,7 +197,9 @@ def throughput(
     return runs, reference, geo
 
 
-def _full_pass_metrics(cfg: PipelineConfig, pass_id: str, scored: list[dict]) -> dict[str, float]:
+def _full_pass_metrics(
+    cfg: PipelineConfig, pass_id: str, scored: list[ScoreReply]
+) -> dict[str, float]:
     """AUC, logloss and COPC of the cluster's predictions for every row of the pass."""
     directory = pass_dir(cfg.paths.data_root, pass_id)
     labels = {}
@@ -205,7 +208,7 @@ def _full_pass_metrics(cfg: PipelineConfig, pass_id: str, scored: list[dict]) ->
         labels.update(zip(table["event_id"], table["label"], strict=True))
     ids, p = [], []
     for worker in scored:
-        table = pq.read_table(worker["predictions"]).to_pydict()
+        table = pq.read_table(worker.predictions).to_pydict()
         ids += table["event_id"]
         p += table["p_click"]
     y = np.array([labels[i] for i in ids], dtype=float)

@@ -141,7 +141,7 @@ def _deliver(args: argparse.Namespace) -> int:
     serving = registry.serving_version()
     print(json.dumps({**result.to_wire(), "serving": serving}))
     if (withdrawn := registry.withdrawn().get(args.version)) is not None:
-        print(f"error: {args.version} was withdrawn: {withdrawn['reason']}", file=sys.stderr)
+        print(f"error: {args.version} was withdrawn: {withdrawn.reason}", file=sys.stderr)
         return 1
     if result.candidate or registry.candidate() == args.version:
         return 0  # on canary: `streamrec online` promotes or withdraws it

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from serving_export.delivery import promote, registry_for, withdraw, withdraw_candidate
 from streamrec.config import SERVED_VERSION, PipelineConfig, label_column, served_p_column
+from streamrec.contracts.registry import OnlineMetrics
 from streamrec.passes import complete_passes, pass_dir, read_manifest
 from trainers.metrics import PassMetrics, metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS
@@ -228,7 +229,8 @@ def judge_online(cfg: PipelineConfig) -> OnlineCheck:
     versions = by_version(stats)
     registry = registry_for(cfg)
     for version in sorted({m.version for m in versions}):
-        registry.record_online(version, [m.to_dict() for m in versions if m.version == version])
+        mine = [OnlineMetrics.from_wire(m.to_dict()) for m in versions if m.version == version]
+        registry.record_online(version, mine)
     serving = registry.serving_version()
     if serving is None:
         return OnlineCheck(versions, None)

@@ -233,10 +233,10 @@ def serving_summary(
     summary: dict[str, Any] = {
         "version": version,
         "age_seconds": None,
-        "replicas": [asdict(note) for note in registry.replicas()],
+        "replicas": [note.to_wire() for note in registry.replicas()],
         "online": [m.to_dict() for m in (online if online is not None else online_of(cfg))],
         "candidate": registry.candidate(),
-        "withdrawn": registry.withdrawn(),
+        "withdrawn": {v: w.to_wire() for v, w in registry.withdrawn().items()},
     }
     if version is not None:
         now = time.time() if now is None else now

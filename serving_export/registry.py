@@ -13,31 +13,15 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import redis
 
 from serving_export.errors import NothingServing, RegistryConflict
 from serving_export.manifest import ArtifactManifest
+from streamrec.contracts.registry import OnlineMetrics, ReplicaNote, Switch, Withdrawal
 from streamrec.redis_conn import scan_keys
 from streamrec.redis_keys import RedisKeys
-
-
-@dataclass(frozen=True)
-class ReplicaNote:
-    """What one running ``streamrec serve`` tells the registry of itself."""
-
-    replica: str  # <host name>:<port>
-    host: str
-    version: str | None  # None until a version is loaded
-    loaded_at: float | None  # epoch seconds of the last swap
-    noted_at: float  # epoch seconds of this note
-    logged: int | None = None  # served events logged to Kafka (None: no served log)
-    unlogged: int | None = None  # ... and those that could not be
-    held: str | None = None  # the predecessor answering serving.holdout_share, if any
-    canary: str | None = None  # the candidate answering serving.canary_share, if any
 
 
 class ModelRegistry:
@@ -60,12 +44,10 @@ class ModelRegistry:
             raise RegistryConflict(f"{self._model} {version} is serving; it cannot be forgotten")
         self._r.hdel(self._keys.registry_versions(self._model), version)
 
-    def history(self, limit: int = 20) -> list[dict[str, Any]]:
+    def history(self, limit: int = 20) -> list[Switch]:
         """The newest pointer switches, newest first."""
-        return [
-            json.loads(h)
-            for h in self._r.lrange(self._keys.registry_history(self._model), 0, limit - 1)
-        ]
+        key = self._keys.registry_history(self._model)
+        return [Switch.from_wire(h, key) for h in self._r.lrange(key, 0, limit - 1)]
 
     def versions(self) -> list[str]:
         return sorted(self._r.hkeys(self._keys.registry_versions(self._model)))
@@ -82,12 +64,13 @@ class ModelRegistry:
         """A running service says which version it serves; the note expires after
         ``ttl_s`` unless renewed."""
         key = self._keys.registry_replica(self._model, note.replica)
-        self._r.set(key, json.dumps(asdict(note)), px=int(ttl_s * 1000))
+        self._r.set(key, note.to_json(), px=int(ttl_s * 1000))
 
     def replicas(self) -> list[ReplicaNote]:
         """What every running service noted, by replica name."""
         keys = sorted(scan_keys(self._r, self._keys.registry_replica(self._model, "*")))
-        return [ReplicaNote(**json.loads(v)) for v in self._r.mget(keys) if v] if keys else []
+        notes = self._r.mget(keys) if keys else []
+        return [ReplicaNote.from_wire(v, k) for k, v in zip(keys, notes, strict=True) if v]
 
     def serving_version(self) -> str | None:
         return self._r.get(self._keys.registry_serving(self._model))
@@ -103,25 +86,26 @@ class ModelRegistry:
         """The version that served just before ``version`` was last promoted (a rollback
         to ``version`` is no promotion: it does not change what came before it)."""
         for switch in self.history(limit=1000):
-            previous = switch["previous"]
-            if switch["version"] == version and (previous is None or previous < version):
+            previous = switch.previous
+            if switch.version == version and (previous is None or previous < version):
                 return previous
         return None
 
-    def withdrawn(self) -> dict[str, dict[str, Any]]:
-        """Versions withdrawn on their online metrics (the alarm, the canary): version ->
-        {reason, at}."""
-        raw = self._r.hgetall(self._keys.registry_withdrawn(self._model))
-        return {version: json.loads(v) for version, v in raw.items()}
+    def withdrawn(self) -> dict[str, Withdrawal]:
+        """Versions withdrawn on their online metrics (the alarm, the canary), and why."""
+        key = self._keys.registry_withdrawn(self._model)
+        return {v: Withdrawal.from_wire(w, f"{key}[{v}]") for v, w in self._r.hgetall(key).items()}
 
-    def record_online(self, version: str, metrics: list[dict[str, Any]]) -> None:
+    def record_online(self, version: str, metrics: list[OnlineMetrics]) -> None:
         """Keep ``version``'s online metrics (per task) where services read them."""
-        self._r.hset(self._keys.registry_online(self._model), version, json.dumps(metrics))
+        wire = json.dumps([m.to_wire() for m in metrics])
+        self._r.hset(self._keys.registry_online(self._model), version, wire)
 
-    def online(self, version: str) -> list[dict[str, Any]]:
+    def online(self, version: str) -> list[OnlineMetrics]:
         """``version``'s online metrics per task as last recorded; [] when none are."""
-        raw = self._r.hget(self._keys.registry_online(self._model), version)
-        return json.loads(raw) if raw else []
+        key = self._keys.registry_online(self._model)
+        raw = self._r.hget(key, version)
+        return [OnlineMetrics.from_wire(m, f"{key}[{version}]") for m in json.loads(raw or "[]")]
 
     def candidate(self) -> str | None:
         """The version on canary: answering ``serving.canary_share`` until ``streamrec
@@ -158,7 +142,7 @@ class ModelRegistry:
             if pipe.get(candidate) != version:
                 return False
             pipe.multi()
-            pipe.hset(withdrawn, version, json.dumps({"reason": reason, "at": time.time()}))
+            pipe.hset(withdrawn, version, Withdrawal(reason=reason, at=time.time()).to_json())
             pipe.delete(candidate)
             return True
 
@@ -195,18 +179,19 @@ class ModelRegistry:
             manifest = ArtifactManifest.parse(pipe.hget(versions, version), versions)
             served = manifest.served(datetime.now(UTC).isoformat())
             proposed = pipe.get(candidate)
-            record: dict[str, Any] = {"version": version, "previous": previous, "ts": time.time()}
+            why = None
             pipe.multi()
             if withdraw is not None:
                 gone, reason = withdraw
-                note = {"reason": reason, "at": time.time()}
-                pipe.hset(withdrawn, gone, json.dumps(note))
-                record["reason"] = f"{gone} withdrawn: {reason}"
+                note = Withdrawal(reason=reason, at=time.time())
+                pipe.hset(withdrawn, gone, note.to_json())
+                why = f"{gone} withdrawn: {reason}"
             pipe.set(pointer, version)
             if proposed is not None and proposed <= version:
                 pipe.delete(candidate)  # judged, or older than what serves now
             pipe.hset(versions, version, served.to_json())
-            pipe.lpush(self._keys.registry_history(self._model), json.dumps(record))
+            record = Switch(version=version, previous=previous, ts=time.time(), reason=why)
+            pipe.lpush(self._keys.registry_history(self._model), record.to_json())
             return previous, True
 
         return self._r.transaction(switch, pointer, withdrawn, candidate, value_from_callable=True)

@@ -71,12 +71,13 @@ from serving_export.artifact import version_dir
 from serving_export.batcher import ScoreBatcher
 from serving_export.manifest import ArtifactManifest
 from serving_export.predictor import Predictor
-from serving_export.registry import ModelRegistry, ReplicaNote
+from serving_export.registry import ModelRegistry
 from serving_export.served_log import ServedLog, now_ms, served_records
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import scoring_row
 from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, derived, load_config
+from streamrec.contracts.registry import ReplicaNote
 from streamrec.entry import run_command
 from streamrec.errors import ConfigError, ServiceError
 from streamrec.redis_conn import require_credentials
@@ -171,11 +172,11 @@ class _OnlineCollector(Collector):
             )
         }
         for m in self._follower.online:
-            labels = [m["version"], m["task"]]
-            families["events"].add_metric(labels, m["count"])
-            for name in ("auc", "logloss", "copc"):
-                if m[name] is not None:
-                    families[name].add_metric(labels, m[name])
+            labels = [m.version, m.task]
+            families["events"].add_metric(labels, m.count)
+            for name, value in (("auc", m.auc), ("logloss", m.logloss), ("copc", m.copc)):
+                if value is not None:
+                    families[name].add_metric(labels, value)
         yield from families.values()
 
 
@@ -367,15 +368,15 @@ class VersionFollower:
         loaded_at = swaps[-1][2] if swaps else None
         logged = self._served_log.counts() if self._served_log else None
         note = ReplicaNote(
-            self._replica,
-            socket.gethostname(),
-            version,
-            loaded_at,
-            now,
-            logged.logged if logged else None,
-            logged.unlogged if logged else None,
-            held.version if held else None,
-            canary.version if canary else None,
+            replica=self._replica,
+            host=socket.gethostname(),
+            version=version,
+            loaded_at=loaded_at,
+            noted_at=now,
+            logged=logged.logged if logged else None,
+            unlogged=logged.unlogged if logged else None,
+            held=held.version if held else None,
+            canary=canary.version if canary else None,
         )
         self._registry.note_replica(note, ttl_s)
         self._noted = note

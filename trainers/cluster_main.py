@@ -15,6 +15,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from streamrec.config import admission_on, load_config
 from streamrec.logs import setup_logging
@@ -32,16 +33,16 @@ from trainers.worker_context import WorkerContext, agree_any
 log = logging.getLogger("trainers.cluster")
 
 
-def _execute(ctx: WorkerContext, command: Command) -> dict:
-    if command.kind == "train":
-        return pass_steps.train_pass(ctx, command.pass_id, command.id)
-    if command.kind == "maintain":
-        return saves.maintain(ctx, command.pass_id, command.id)
-    if command.kind == "export":
-        return exports.export(ctx, command.pass_id, command.id)
-    if command.kind == "score":
-        return pass_steps.score(ctx, command.pass_id, command.id)
-    return {}
+def _execute(ctx: WorkerContext, command: Command) -> dict[str, Any]:
+    """Run ``command``'s step; its reply's wire form (what the control plane stores)."""
+    steps = {
+        "train": pass_steps.train_pass,
+        "maintain": saves.maintain,
+        "export": exports.export,
+        "score": pass_steps.score,
+    }
+    step = steps.get(command.kind)
+    return step(ctx, command.pass_id, command.id).to_wire() if step else {}
 
 
 def serve_commands(ctx: WorkerContext, channel: WorkerChannel) -> None:

@@ -27,7 +27,13 @@ import redis
 
 from streamrec.config import PipelineConfig
 from streamrec.contracts.pass_status import CONTRACT, PassField, PassStatus, read_status, record
-from streamrec.contracts.training import ExportReply, MaintainReply, Repeat, TrainResult
+from streamrec.contracts.training import (
+    ExportReply,
+    MaintainReply,
+    Repeat,
+    ScoreReply,
+    TrainResult,
+)
 from streamrec.errors import ContractError
 from streamrec.passes import closes_day
 from streamrec.redis_conn import connect, scan_keys
@@ -174,13 +180,13 @@ class ClusterClient:
         """Write the raw inference export after ``pass_id``."""
         return ExportReply.from_wire(self.run("export", pass_id), f"export {pass_id}")
 
-    def score(self, pass_id: str) -> list[dict[str, Any]]:
+    def score(self, pass_id: str) -> list[ScoreReply]:
         """The model's predictions for every row of ``pass_id``, without training on it:
         one result per worker, in rank order (see ``pass_steps.score``)."""
         command_id = self.submit("score", pass_id)
         self.wait(command_id)
         results = worker_results(self._r.hgetall(self._keys.command(command_id)))
-        return [json.loads(results[rank]) for rank in sorted(results)]
+        return [ScoreReply.from_wire(results[rank], f"score {pass_id}") for rank in sorted(results)]
 
     def stop(self, timeout_s: float = 60) -> None:
         """Ask every worker to leave its loop."""

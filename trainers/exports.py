@@ -70,7 +70,7 @@ def _tables(ctx: WorkerContext) -> dict[str, ExportTable]:
     }
 
 
-def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+def export(ctx: WorkerContext, pass_id: str, command_id: str) -> ExportReply:
     """The raw inference export of the model as trained through ``pass_id``: the dense
     program and its parameters, and the checkpoint chain that holds the sparse table (the
     artifact takes its embeddings from those saves)."""
@@ -109,4 +109,4 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
 
     with ctx.stage("save", seconds):
         ctx.leader_only(write)
-    return ExportReply(pass_id=pass_id, raw_export=str(raw), seconds=seconds).to_wire()
+    return ExportReply(pass_id=pass_id, raw_export=str(raw), seconds=seconds)

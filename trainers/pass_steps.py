@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streaming.pipe_reader import pipe_command, text_command
-from streamrec.contracts.training import TaskResult, TrainResult
+from streamrec.contracts.training import ScoreReply, TaskResult, TrainResult
 from streamrec.layout import Layout
 from streamrec.passes import pass_dir, read_manifest
 from trainers import dense_tables
@@ -154,7 +154,7 @@ def _refit_intercept(
     return refits
 
 
-def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult:
     """Progressive validation on the pass, training on it, then its checkpoint (a delta, or
     a base every ``base_every_passes``): the pass counts as trained once the save is durable."""
     started_at = time.time()
@@ -213,10 +213,10 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, A
     with ctx.stage("save", seconds, blocking=True):
         info = save(ctx, pass_id, kind, command_id, manifest, result.to_wire())
     saved = {"checkpoint": checkpoint_summary(ctx, info), "seconds": seconds}
-    return result.model_copy(update=saved).to_wire()
+    return result.model_copy(update=saved)
 
 
-def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+def score(ctx: WorkerContext, pass_id: str, command_id: str) -> ScoreReply:
     """This worker's predictions for its files of ``pass_id`` with the model as it stands
     (inference only; unseen keys pull zeros, as in training), keyed by event id: the
     cluster's side of a training/serving skew check. The rows carry their event ids as
@@ -251,4 +251,4 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
     columns = {"event_id": [unquote(i) for i in ids]}
     columns |= {name: p.astype(np.float32) for name, p in zip(names, predictions, strict=True)}
     pq.write_table(pa.table(columns), path)
-    return {"pass_id": pass_id, "rank": ctx.rank, "rows": len(ids), "predictions": str(path)}
+    return ScoreReply(pass_id=pass_id, rank=ctx.rank, rows=len(ids), predictions=str(path))

@@ -103,7 +103,7 @@ def save(
     return info
 
 
-def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any]:
+def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> MaintainReply:
     """The daily sequence after the last pass of a logical day: shrink (decay show/click,
     delete keys below ``delete_threshold`` or unseen too long), then a mode-3 save (every
     key; +1 to every key's unseen-days clock), which becomes the new base."""
@@ -127,7 +127,7 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> dict[str, Any
         keys_before=keys_before,
         checkpoint=checkpoint_summary(ctx, info),
         seconds=seconds,
-    ).to_wire()
+    )
 
 
 def restore(ctx: WorkerContext) -> CheckpointInfo | None:

@@ -19,6 +19,7 @@ _EXPORTS = {
     "RedisPush": "streamrec.contracts.delivery",
     "RetentionRun": "streamrec.contracts.day_end",
     "SaveSummary": "streamrec.contracts.training",
+    "ScoreReply": "streamrec.contracts.training",
     "Superseded": "streamrec.contracts.catch_up",
     "TaskResult": "streamrec.contracts.training",
     "TrainResult": "streamrec.contracts.training",

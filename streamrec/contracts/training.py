@@ -153,6 +153,16 @@ class MaintainReply(Repeat):
     seconds: dict[str, float] = Field(default_factory=dict)
 
 
+class ScoreReply(Contract):
+    """One worker's predictions for its files of a pass (``score``): a Parquet file of
+    event ids and a probability per task (``p_click``, ``p_<label>``)."""
+
+    pass_id: str
+    rank: int
+    rows: int
+    predictions: str  # the file
+
+
 class ExportReply(Repeat):
     """The raw inference export after a pass: where it is and how long each stage took."""
 

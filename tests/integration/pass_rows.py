@@ -32,7 +32,7 @@ def cluster_scores(client: ClusterClient, pass_id: str, events: list[dict[str, A
     """The cluster's predictions for ``events`` (rows of ``pass_id``), in their order."""
     by_id: dict[str, float] = {}
     for result in client.score(pass_id):
-        table = pq.read_table(result["predictions"]).to_pydict()
+        table = pq.read_table(result.predictions).to_pydict()
         by_id.update(zip(table["event_id"], table["p_click"], strict=True))
     assert len(by_id) == len(events)
     return np.array([by_id[e["event_id"]] for e in events])
@@ -43,7 +43,7 @@ def cluster_task_scores(
 ) -> dict[str, np.ndarray]:
     """Each head's predictions for ``events`` (rows of ``pass_id``), in their order, by the
     score's column: ``p_click`` for the main task, ``p_<label>`` for a further one."""
-    tables = [pq.read_table(r["predictions"]).to_pydict() for r in client.score(pass_id)]
+    tables = [pq.read_table(r.predictions).to_pydict() for r in client.score(pass_id)]
     order = {e["event_id"]: i for i, e in enumerate(events)}
     out: dict[str, np.ndarray] = {}
     for table in tables:

@@ -521,7 +521,7 @@ def test_a_pipeline_over_hosts_survives_a_process_a_host_and_a_link(
     assert {r["host"] for r in replicas} == {"h1", "h3"}
 
     # every answer from a delivered version that verifies, on both replicas
-    delivered = {switch["version"] for switch in registry_for(stack.cfg).history(limit=10**6)}
+    delivered = {switch.version for switch in registry_for(stack.cfg).history(limit=10**6)}
     model_dir = Path(stack.cfg.paths.model_root) / stack.cfg.model.model
     for name, replica in stack.replicas.items():
         assert replica.versions, f"{name} answered nothing: {replica.outcomes}"

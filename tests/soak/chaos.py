@@ -606,7 +606,7 @@ class Soak:
         if stray := [c.name for c in saves if c.kind == "daily" and c.pass_id not in order]:
             problems.append(f"daily saves of passes never trained: {stray}")
         history = registry_for(self.cfg).history(limit=1_000_000)
-        delivered = {switch["version"] for switch in history}  # every pointer switch
+        delivered = {switch.version for switch in history}  # every pointer switch
         model_dir = Path(self.cfg.paths.model_root) / self.cfg.model.model
         for version in self.requests.versions:
             if version not in delivered:
