@@ -12,7 +12,9 @@ for a fraction of a millisecond, then the loop reads what arrived meanwhile. A s
 thread beside the loop has to win the GIL from it, and under overload the loop (reading
 and refusing requests) keeps it: measured here at 4x capacity, 0.48 of capacity answered
 with a scoring thread against 0.66 on the loop, admitted p99 131 ms against 86 ms. With
-the Redis store, whose lookups wait on the network, it scores on one thread.
+the Redis store, whose lookups wait on the network, it scores on one thread. What a
+call scored reaches ``scored`` (the served log) only after its answers went out, one turn
+of the loop later: logging adds nothing to a request's own latency.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 Parse = Callable[[bytes, Any], tuple[list[dict[str, Any]], list[Any]]]
 # told of every call's rows, event ids and scores ([tasks, rows]) once they are scored
 Scored = Callable[[Predictor, list[dict[str, Any]], list[Any], np.ndarray], None]
+# what one scoring call scored, for the log: its predictor, rows, event ids and scores
+_Scoring = tuple[Predictor, list[dict[str, Any]], list[Any], np.ndarray]
 
 
 @dataclass
@@ -88,14 +92,15 @@ class ScoreBatcher:
                 if not self._waiting:
                     self._wake.clear()
                 jobs = [j for j in jobs if not j.future.done()]  # a client that went away
+                scored: list[_Scoring] = []
                 try:
                     if self._offload:
-                        outcomes = await loop.run_in_executor(scorer, self._score, jobs)
+                        outcomes = await loop.run_in_executor(scorer, self._score, jobs, scored)
                     else:
-                        outcomes = self._score(jobs)
+                        outcomes = self._score(jobs, scored)
                 except Exception as e:  # a fault of this code: these fail, the next are scored
                     log.exception("scoring a batch of %d requests failed", len(jobs))
-                    outcomes = [e] * len(jobs)
+                    outcomes, scored = [e] * len(jobs), []
                 for job, outcome in zip(jobs, outcomes, strict=True):
                     if job.future.done():
                         continue
@@ -103,11 +108,24 @@ class ScoreBatcher:
                         job.future.set_exception(outcome)
                     else:
                         job.future.set_result(outcome)
-                if not self._offload:
-                    await asyncio.sleep(0)  # the loop reads what arrived meanwhile
+                if not self._offload or scored:
+                    await asyncio.sleep(0)  # the answers go out, what arrived meanwhile is read
+                self._log(scored)
 
-    def _score(self, jobs: list[_Job]) -> list[Any]:
-        """Each job's (ids, scores) or its error, in order; on the scoring thread."""
+    def _log(self, scored: list[_Scoring]) -> None:
+        """Hand what was scored to ``scored`` (the served log), after the answers went out:
+        logging costs no request its time. Never fails a request."""
+        if self._scored is None:
+            return
+        for predictor, rows, ids, scores in scored:
+            try:
+                self._scored(predictor, rows, ids, scores)
+            except Exception:  # a fault of the log's code: serving goes on
+                log.exception("logging %d scored events failed", len(rows))
+
+    def _score(self, jobs: list[_Job], scored: list[_Scoring]) -> list[Any]:
+        """Each job's (ids, scores) or its error, in order, and what was scored (appended to
+        ``scored`` for the log); on the scoring thread."""
         outcomes: list[Any] = [None] * len(jobs)
         by_predictor: dict[int, list[int]] = {}
         for i, job in enumerate(jobs):  # a swap between requests: each is scored by the one it read
@@ -139,5 +157,5 @@ class ScoreBatcher:
                 start += len(job_rows)
             if self._scored is not None and rows:
                 all_ids = [event_id for _, _, ids in parsed for event_id in ids]
-                self._scored(predictor, rows, all_ids, scores)
+                scored.append((predictor, rows, all_ids, scores))
         return outcomes

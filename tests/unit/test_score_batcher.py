@@ -101,3 +101,31 @@ def test_a_fault_in_a_batch_fails_its_requests_and_the_next_are_scored() -> None
     broken, after = asyncio.run(run())
     assert isinstance(broken[0], TypeError)
     assert after == ([2], _heads(2))
+
+
+@pytest.mark.parametrize("offload", [False, True], ids=["on the loop", "on a thread"])
+def test_what_was_scored_is_logged_after_its_answer_went_out(offload: bool) -> None:
+    """The log is told of every scored row, after the request it answered has resumed (a
+    slow or failing log costs no answer its time); a failing log fails no request."""
+    events: list[str] = []
+
+    def scored(_predictor, rows, ids, scores) -> None:
+        events.append(f"logged {ids}")
+        if ids == [9]:
+            raise RuntimeError("the log's own fault")
+
+    async def run():
+        batcher = ScoreBatcher(parse, 8, lambda e: e, offload, scored)
+        worker = asyncio.create_task(batcher.run())
+
+        async def request(xs: list[int]) -> None:
+            await batcher.score(FakePredictor(), _body(xs=xs))
+            events.append(f"answered {xs}")
+
+        await request([1, 2])
+        await request([9])
+        await asyncio.sleep(0.05)
+        worker.cancel()
+
+    asyncio.run(run())
+    assert events == ["answered [1, 2]", "logged [1, 2]", "answered [9]", "logged [9]"]
