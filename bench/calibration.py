@@ -78,7 +78,7 @@ from streamrec.contracts.training import TrainResult
 from streamrec.local_services import local_services
 from streamrec.passes import next_pass_id, pass_dir, read_manifest, window_ms
 from trainers.control_plane import ClusterClient
-from trainers.strategy import SavedValueLayout, saved_value_layout, table_folder
+from trainers.worker.strategy import SavedValueLayout, saved_value_layout, table_folder
 
 FIRST = "202607010000"
 DATA = REPO / "tests" / "data"

@@ -3,7 +3,7 @@ worker heartbeats, and the CPU seconds of the whole cluster (the command, fleetr
 members) from start to stop, on the shipped config (1 server, 2 workers).
 
 The shipped start, where members find each other without Paddle's naps
-(``trainers/peer_wait.py``), against **the baseline**, Paddle's own waits
+(``trainers/hosts/peer_wait.py``), against **the baseline**, Paddle's own waits
 (``STREAMREC_PADDLE_NAPS=1``), in alternating rounds in the same run on one embedded
 broker and redis-server. Every restart after a loss goes through the same start.
 
@@ -30,7 +30,7 @@ from streamrec.config import PathConfig, derived, dump_config, load_config, with
 from streamrec.local_services import local_services
 from streamrec.waiting import poll_until
 from trainers.control_plane import ClusterClient
-from trainers.peer_wait import PADDLE_NAPS_ENV
+from trainers.hosts.peer_wait import PADDLE_NAPS_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = str(Path(sys.executable).with_name("streamrec"))

@@ -25,7 +25,7 @@ from streamrec.config import (
     with_services,
 )
 from streamrec.local_ports import free_port
-from trainers.node_processes import fleetrun_path
+from trainers.hosts.node_processes import fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent
 STREAMREC = str(Path(sys.executable).with_name("streamrec"))  # the CLI in this venv

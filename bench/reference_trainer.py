@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from streamrec.config import load_config
-from trainers.strategy import build_distributed_program
+from trainers.worker.strategy import build_distributed_program
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--export", type=Path, help="write an inference model here")
     args = parser.parse_args()
 
-    # paddle after pyarrow (imported with trainers.strategy): the other order crashes in
+    # paddle after pyarrow (imported with trainers.worker.strategy): the other order crashes in
     # pyarrow's zlib on import ("double free or corruption")
     from paddle.distributed import fleet
 

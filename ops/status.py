@@ -282,8 +282,8 @@ def _figure(x: float | None) -> str:
 def cluster_summary(cfg: PipelineConfig) -> dict[str, Any]:
     """The cluster as its node agents report it: the generation, each configured node
     (its state and members, or ``None`` if it is not heartbeating), the last restart."""
-    from trainers.generation import GenerationStore
-    from trainers.topology import LOCAL_NODE
+    from trainers.hosts.generation import GenerationStore
+    from trainers.hosts.topology import LOCAL_NODE
 
     names = [n.name for n in cfg.cluster.nodes] or [LOCAL_NODE]
     store = GenerationStore(connect(cfg.redis), RedisKeys(cfg.name), names)

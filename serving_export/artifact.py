@@ -143,7 +143,7 @@ def package_export(
             raw_export / f"{spec.model_prefix}{suffix}", tmp / f"{MODEL_PREFIX}{suffix}"
         )
     onnx = spec.onnx
-    if onnx.file:  # written by the exporting worker (trainers.onnx_twin)
+    if onnx.file:  # written by the exporting worker (trainers.worker.onnx_twin)
         shutil.copyfile(raw_export / onnx.file, tmp / ONNX_NAME)
         onnx = onnx.model_copy(update={"file": ONNX_NAME})
     for name, table in tables.items():

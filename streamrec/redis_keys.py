@@ -24,7 +24,7 @@ All keys of one pipeline live under ``streamrec:<pipeline name>:``::
                                            members), expires after cluster.node_timeout_seconds
     cluster:history                LIST    JSON of each generation that started, newest first
     cluster:storage                STRING  JSON {node, token} of the shared-storage marker the
-                                           first node wrote (trainers.shared_storage)
+                                           first node wrote (trainers.hosts.shared_storage)
     registry:<model>:versions      HASH    version -> artifact MANIFEST.json
     registry:<model>:serving       STRING  the version serving reads
     registry:<model>:history       LIST    JSON records of every pointer switch, newest first

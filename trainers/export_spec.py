@@ -26,7 +26,7 @@ EXPORT_VERSION = 6  # 6: the outputs, a head per task
 
 
 class OnnxTwin(BaseModel):
-    """The dense program as ONNX (``trainers.onnx_twin``): its file, or why there is none."""
+    """The dense program as ONNX (``trainers.worker.onnx_twin``): its file, or why there is none."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -4,7 +4,7 @@
     streamrec cluster --config C [--node NAME]   # on each host of cluster.nodes
     streamrec cluster --config C --warm-start P  # a fresh model from another's (warm_start)
 
-Every host runs the same command; its node agent (``trainers.node_agent``) starts that
+Every host runs the same command; its node agent (``trainers.hosts.node_agent``) starts that
 host's servers and workers with fleetrun and restarts them with every other host's when
 anything is lost. ``LocalCluster`` is the in-process form of a one-host cluster that the
 demo, the benchmarks and the tests drive directly: they restart it with ``ensure_healthy``.
@@ -25,10 +25,10 @@ from streamrec.layout import Layout
 from streamrec.redis_conn import require_credentials
 from streamrec.signals import ignore_stop_signals
 from trainers.control_plane import ClusterClient
-from trainers.devices import check_device
+from trainers.hosts.node_processes import NodeProcesses, stop_gracefully, wait_for_workers
+from trainers.hosts.topology import LOCAL_NODE, Role, Topology, detect_node, local_addresses
 from trainers.network_check import check_network
-from trainers.node_processes import NodeProcesses, stop_gracefully, wait_for_workers
-from trainers.topology import LOCAL_NODE, Role, Topology, detect_node, local_addresses
+from trainers.worker.devices import check_device
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def check_node(cfg: PipelineConfig, node: str) -> int:
 
     from streamrec.redis_conn import connect
     from streamrec.redis_keys import RedisKeys
-    from trainers.generation import GenerationStore
+    from trainers.hosts.generation import GenerationStore
 
     try:
         store = GenerationStore(connect(cfg.redis, timeout_s=5), RedisKeys(cfg.name), [node])
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from trainers.node_agent import NodeAgent
+    from trainers.hosts.node_agent import NodeAgent
 
     cfg = load_config(args.config)
     if args.warm_start is not None:

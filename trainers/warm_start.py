@@ -32,7 +32,7 @@ from trainers.checkpoints import (
     list_checkpoints,
     restore_chain,
 )
-from trainers.strategy import saved_row_width, sparse_table_ids, table_folder
+from trainers.worker.strategy import saved_row_width, sparse_table_ids, table_folder
 
 KEY = "checkpoints.warm_start"
 

@@ -1,7 +1,7 @@
 """What the cluster replies to ``train``, ``maintain`` and ``export``.
 
-Built by the cluster's steps (``trainers.pass_steps``, ``trainers.saves``,
-``trainers.exports``), so a field they miss fails there; they travel as JSON through Redis
+Built by the cluster's steps (``trainers.worker.pass_steps``, ``trainers.worker.saves``,
+``trainers.worker.exports``), so a field they miss fails there; they travel as JSON through Redis
 (the control plane, the pass status) and Airflow's XCom, and are read back with
 ``from_wire``. A reply to a command sent again carries the stored reply with
 ``already_done`` (and ``already_in_model``, the save that holds it, when the marker was
@@ -80,7 +80,7 @@ class SaveSummary(Contract):
 
 
 class SyncRounds(Contract):
-    """Sync mode's rounds in the pass (``trainers.sync_mode``): with a batch and idle."""
+    """Sync mode's rounds in the pass (``trainers.worker.sync_mode``): with a batch and idle."""
 
     rounds: int
     batches: int
@@ -89,14 +89,14 @@ class SyncRounds(Contract):
 
 
 class DenseAverage(Contract):
-    """The dense iterates averaged over the pass (``trainers.dense_average``)."""
+    """The dense iterates averaged over the pass (``trainers.worker.dense_average``)."""
 
     batches: int
     dense_digest: str
 
 
 class InterceptRefit(Contract):
-    """One head's logit-bias refit (``trainers.intercept``): the rows scored (every
+    """One head's logit-bias refit (``trainers.worker.intercept``): the rows scored (every
     ``every``-th), their COPC before, and the shift added to the bias."""
 
     rows: int

@@ -16,8 +16,8 @@ from streamrec.config import ClusterConfig, derived, dump_config
 from streamrec.errors import ConfigError
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.generation import GenerationStore, NodeBeat
-from trainers.shared_storage import MARKER, check_shared_storage
+from trainers.hosts.generation import GenerationStore, NodeBeat
+from trainers.hosts.shared_storage import MARKER, check_shared_storage
 
 
 def _beat(node: str, incarnation: str) -> NodeBeat:

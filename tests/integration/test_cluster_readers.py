@@ -78,9 +78,9 @@ def test_reader_trains_every_row_once(
             assert "test" not in result.seconds and result.test == result.train
         # the intercept refit scored every k-th row of each part, on both readers
         refit = result.intercept
-        assert refit["every"] == math.ceil(rows / 5000) == 3
-        assert refit["rows"] == sum(math.ceil(p.rows / 3) for p in manifest.parts)
-        assert math.isfinite(refit["shift"]) and refit["shift"] != 0
+        assert refit is not None and refit.every == math.ceil(rows / 5000) == 3
+        assert refit.rows == sum(math.ceil(p.rows / 3) for p in manifest.parts)
+        assert math.isfinite(refit.shift) and refit.shift != 0
     assert results[1].test.auc > 0.6
     assert per_worker[0]["train"] == per_worker[1]["train"]  # one all-reduced view
     # the servers keep the mean of the pass's dense iterates, over every batch of both

@@ -22,7 +22,7 @@ from streamrec.config import ClusterConfig, dump_config, load_config
 from streamrec.kafka_broker import KAFKA_VERSION
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.generation import GenerationStore, NodeBeat
+from trainers.hosts.generation import GenerationStore, NodeBeat
 
 REQUIRED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?")
 CONFIG_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -54,7 +54,7 @@ from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import CheckpointInfo, list_checkpoints, restore_chain, saved_keys
 from trainers.control_plane import ClusterClient
 from trainers.launcher import LocalCluster
-from trainers.strategy import saved_row_width, saved_value_layout, table_folder
+from trainers.worker.strategy import saved_row_width, saved_value_layout, table_folder
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

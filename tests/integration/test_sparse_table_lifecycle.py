@@ -26,7 +26,7 @@ from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints, saved_column
 from trainers.launcher import LocalCluster
-from trainers.strategy import UNSEEN_DAYS_COLUMN
+from trainers.worker.strategy import UNSEEN_DAYS_COLUMN
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

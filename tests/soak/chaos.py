@@ -90,8 +90,8 @@ from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
+from trainers.hosts.topology import ROLE_ENV
 from trainers.launcher import LocalCluster
-from trainers.topology import ROLE_ENV
 
 log = logging.getLogger("soak")
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from streamrec.config import ModelConfig, RunnerConfig
-from trainers.pass_reads import SCORE_BATCH_SIZE, scoring_batch_size, training_batch_size
+from trainers.worker.pass_reads import SCORE_BATCH_SIZE, scoring_batch_size, training_batch_size
 
 # the rule with 64 batches a pass, so the middle range is wide; the shipped defaults below
 ADAPTIVE = RunnerConfig(batch_size=512, min_batch_size=64, min_batches_per_pass=64)

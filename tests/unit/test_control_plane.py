@@ -15,7 +15,7 @@ from streamrec.contracts.pass_status import read_status
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import WORKER, Command, WorkerChannel
-from trainers.worker_context import blocking_hold_s
+from trainers.worker.worker_context import blocking_hold_s
 
 STARTED_MS = 1_700_000_000_000
 

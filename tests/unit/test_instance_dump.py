@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainers.instance_dump import read_dump, read_dump_with_ids
 from trainers.metrics import STAT_NAMES, bucketize, metrics_from_stats, stats_from_predictions
+from trainers.worker.instance_dump import read_dump, read_dump_with_ids
 
 
 def _write(path: Path, scores: np.ndarray, labels: np.ndarray) -> None:

@@ -1,12 +1,12 @@
-"""The intercept shift solved from a score histogram (trainers.intercept)."""
+"""The intercept shift solved from a score histogram (trainers.worker.intercept)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from trainers.intercept import intercept_shift
 from trainers.metrics import bucketize
+from trainers.worker.intercept import intercept_shift
 
 BUCKETS = 4095  # as the models' AUC op keeps them
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from trainers.onnx_twin import write_onnx_twin
+from trainers.worker.onnx_twin import write_onnx_twin
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,4 +1,4 @@
-"""How cluster members wait for each other (trainers/peer_wait.py): on real sockets, and
+"""How cluster members wait for each other (trainers/hosts/peer_wait.py): on real sockets, and
 the one fact about Paddle's source the Gloo store's short naps rest on."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers import peer_wait
-from trainers.topology import ROLE_ENV
+from trainers.hosts import peer_wait
+from trainers.hosts.topology import ROLE_ENV
 
 
 def _closed_port() -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainers.pass_reads import progressive_every, sampled_rows
+from trainers.worker.pass_reads import progressive_every, sampled_rows
 
 
 def test_every_by_mode() -> None:

@@ -26,8 +26,8 @@ _ROLE = {
 _BUILD = """
 import json, sys
 from streamrec.config import load_config
-from trainers.scoring_program import op_types, scoring_program
-from trainers.strategy import build_distributed_program
+from trainers.worker.scoring_program import op_types, scoring_program
+from trainers.worker.strategy import build_distributed_program
 import paddle  # after pyarrow: the other order fails pyarrow's import (a zlib error)
 
 build_distributed_program(load_config(sys.argv[1]))

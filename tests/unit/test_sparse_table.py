@@ -20,7 +20,7 @@ from serving_export.sparse_table import (
     read_saved_table,
 )
 from streamrec.config import SparseTableConfig, SparseTableSpec
-from trainers.strategy import saved_row_width, saved_value_layout
+from trainers.worker.strategy import saved_row_width, saved_value_layout
 
 LAYOUT = {"embed_w_column": 6, "embedx_w_column": 8, "embedx_dim": 2}  # adagrad, dim 3
 

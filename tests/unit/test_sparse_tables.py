@@ -18,7 +18,7 @@ from streamrec.config import (
 )
 from streamrec.errors import ConfigError
 from trainers.models import build_model
-from trainers.strategy import sparse_table_configs, sparse_table_ids
+from trainers.worker.strategy import sparse_table_configs, sparse_table_ids
 
 SMALL = {"dim": 4, "slots": ["hour", "category"], "learning_rate": 0.2, "rule": "naive"}
 

@@ -9,7 +9,7 @@ import pytest
 
 from streamrec.config import ClusterConfig
 from streamrec.errors import ConfigError, ServiceError
-from trainers.topology import LOCAL_NODE, Topology, check_host_name, detect_node
+from trainers.hosts.topology import LOCAL_NODE, Topology, check_host_name, detect_node
 
 NODES = [
     {"name": "ps-0", "address": "10.0.0.11", "servers": [36000]},

@@ -17,7 +17,6 @@ from streamrec.atomic_fs import publish_dir
 from streamrec.contracts.training import MaintainReply, SaveSummary
 from streamrec.layout import day_of
 from streamrec.passes import PassManifest, pass_dir, read_manifest
-from trainers import dense_tables
 from trainers.checkpoints import (
     CheckpointInfo,
     CheckpointKind,
@@ -28,7 +27,8 @@ from trainers.checkpoints import (
     write_info,
 )
 from trainers.warm_start import check_warm_start
-from trainers.worker_context import WorkerContext
+from trainers.worker import dense_tables
+from trainers.worker.worker_context import WorkerContext
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""What a worker does for each command, on a typed context (``trainers.worker_context``).
+"""What a worker does for each command, on a typed context (``trainers.worker.worker_context``).
 
     train       score the pass, then train on it (progressive validation; with
                 ``progressive: in_train`` the training run's own batch-before-update scores)
@@ -34,12 +34,12 @@ from streaming.pipe_reader import pipe_command, text_command
 from streamrec.contracts.training import ScoreReply, TaskResult, TrainResult
 from streamrec.layout import Layout
 from streamrec.passes import pass_dir, read_manifest
-from trainers import dense_tables
 from trainers.checkpoints import next_kind
-from trainers.instance_dump import point_dump, read_dump_with_ids
-from trainers.intercept import add_to_bias, intercept_shift
 from trainers.metrics import metrics_from_stats
-from trainers.pass_reads import (
+from trainers.worker import dense_tables
+from trainers.worker.instance_dump import point_dump, read_dump_with_ids
+from trainers.worker.intercept import add_to_bias, intercept_shift
+from trainers.worker.pass_reads import (
     TaskStats,
     as_text,
     in_memory_dataset,
@@ -51,8 +51,8 @@ from trainers.pass_reads import (
     scoring_batch_size,
     training_batch_size,
 )
-from trainers.saves import checkpoint_summary, save
-from trainers.worker_context import WorkerContext
+from trainers.worker.saves import checkpoint_summary, save
+from trainers.worker.worker_context import WorkerContext
 
 log = logging.getLogger(__name__)
 

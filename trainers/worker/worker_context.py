@@ -17,9 +17,9 @@ import numpy as np
 
 from streamrec.config import PipelineConfig
 from trainers.checkpoints import CheckpointInfo, ModelSignature
-from trainers.dense_average import IterateAverage
 from trainers.models import ModelGraph
-from trainers.sync_mode import SyncRounds
+from trainers.worker.dense_average import IterateAverage
+from trainers.worker.sync_mode import SyncRounds
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamrec.config import ModelConfig, PipelineConfig, SparseTableSpec, sparse_tables
-from trainers import peer_wait
+from trainers.hosts import peer_wait
 from trainers.models import ModelGraph, build_model
 
 SGD_RULES = {

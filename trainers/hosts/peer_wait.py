@@ -23,7 +23,7 @@ import socket
 import time
 
 from streamrec.waiting import poll_until
-from trainers.topology import ROLE_ENV, Role
+from trainers.hosts.topology import ROLE_ENV, Role
 
 GLOO_ENV = "PADDLE_GLOO_HTTP_ENDPOINT"  # set by fleetrun on every member
 WITH_GLOO_ENV = "PADDLE_WITH_GLOO"

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from trainers import dense_tables
+from trainers.worker import dense_tables
 
 __all__ = ["add_to_bias", "intercept_shift"]
 

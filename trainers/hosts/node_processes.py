@@ -20,10 +20,10 @@ import psutil
 
 from streamrec.errors import StreamrecError
 from streamrec.waiting import poll_until
-from trainers import cluster_main
 from trainers.control_plane import GENERATION_ENV, NODE_ENV, STARTED_ENV, ClusterClient
 from trainers.errors import ClusterUnavailable
-from trainers.topology import ROLE_ENV, Role, Topology
+from trainers.hosts.topology import ROLE_ENV, Role, Topology
+from trainers.worker import cluster_main
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Entry point of every cluster process; fleetrun starts it as servers and workers.
 
-    fleetrun --servers ... --workers ... trainers/cluster_main.py --config <resolved.yaml>
+    fleetrun --servers ... --workers ... trainers/worker/cluster_main.py --config <resolved.yaml>
 
 Servers build the program, then serve the tables until the workers leave. Workers build
 the same program, restore the newest complete checkpoint chain into the servers, and loop on
@@ -21,14 +21,14 @@ from streamrec.config import admission_on, load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers import dense_average, exports, pass_steps, saves, sync_mode
 from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
-from trainers.devices import executor_place
-from trainers.scoring_program import op_types, scoring_program
-from trainers.server_flags import ADMISSION_FLAG, PUSH_FLAGS, preset_paddle_flags
-from trainers.strategy import build_distributed_program
 from trainers.warm_start import model_signature
-from trainers.worker_context import WorkerContext, agree_any
+from trainers.worker import dense_average, exports, pass_steps, saves, sync_mode
+from trainers.worker.devices import executor_place
+from trainers.worker.scoring_program import op_types, scoring_program
+from trainers.worker.server_flags import ADMISSION_FLAG, PUSH_FLAGS, preset_paddle_flags
+from trainers.worker.strategy import build_distributed_program
+from trainers.worker.worker_context import WorkerContext, agree_any
 
 log = logging.getLogger("trainers.cluster")
 

@@ -12,7 +12,6 @@ from streamrec.atomic_fs import publish_dir, temp_dir_for
 from streamrec.config import sparse_tables
 from streamrec.contracts.training import ExportReply
 from streamrec.layout import Layout
-from trainers import dense_tables
 from trainers.export_spec import (
     EXPORT_VERSION,
     ExportSpec,
@@ -20,9 +19,10 @@ from trainers.export_spec import (
     OnnxTwin,
     write_export_spec,
 )
-from trainers.onnx_twin import write_onnx_twin
-from trainers.strategy import saved_value_layout, table_folder
-from trainers.worker_context import WorkerContext
+from trainers.worker import dense_tables
+from trainers.worker.onnx_twin import write_onnx_twin
+from trainers.worker.strategy import saved_value_layout, table_folder
+from trainers.worker.worker_context import WorkerContext
 
 EXPORT_MODEL_PREFIX = "model"
 

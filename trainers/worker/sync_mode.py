@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers import dense_tables
+from trainers.worker import dense_tables
 
 log = logging.getLogger(__name__)
 

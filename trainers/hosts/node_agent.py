@@ -4,7 +4,7 @@ and restarts them together with every other host's, one generation at a time.
     streamrec cluster --config C [--node NAME]      # on every host of cluster.nodes
 
 Each tick the agent heartbeats its node (``cluster:node:<name>``), reads the generation
-(``trainers.generation``) and acts:
+(``trainers.hosts.generation``) and acts:
 
 - members running: if the generation moved on, or one of its own members died, or another
   node's heartbeat expired or changed incarnation, it bumps the generation (naming the
@@ -37,10 +37,10 @@ from streamrec.layout import Layout
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
-from trainers.generation import Generation, GenerationStore, NodeBeat
-from trainers.node_processes import NodeProcesses, kill_leftovers, stop_gracefully
-from trainers.shared_storage import check_shared_storage, keep_marker
-from trainers.topology import Topology, check_host_name
+from trainers.hosts.generation import Generation, GenerationStore, NodeBeat
+from trainers.hosts.node_processes import NodeProcesses, kill_leftovers, stop_gracefully
+from trainers.hosts.shared_storage import check_shared_storage, keep_marker
+from trainers.hosts.topology import Topology, check_host_name
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,10 @@ import numpy as np
 from streaming.pipe_reader import convert_file, text_command
 from streamrec.config import RunnerConfig
 from streamrec.layout import Layout
-from trainers.instance_dump import point_dump, read_dump
 from trainers.metrics import STAT_NAMES, stats_from_predictions
 from trainers.models import AUC_BUCKETS, TaskGraph
-from trainers.worker_context import WorkerContext
+from trainers.worker.instance_dump import point_dump, read_dump
+from trainers.worker.worker_context import WorkerContext
 
 
 def _scope_array(name: str) -> np.ndarray:
