@@ -247,7 +247,7 @@ def train_on_the_cluster(cfg: PipelineConfig, config: Path, passes: list[str]) -
         deadline = time.monotonic() + 180
         while True:
             tree = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-            if sum(w["pid"] in tree for w in client.live_workers()) >= cfg.cluster.workers:
+            if sum(w.pid in tree for w in client.live_workers()) >= cfg.cluster.workers:
                 break
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the cluster's workers never reported")

@@ -291,9 +291,9 @@ def cluster_summary(cfg: PipelineConfig) -> dict[str, Any]:
     beats = store.beats()
     history = store.history(limit=2)
     return {
-        "generation": asdict(generation) if generation else None,
-        "nodes": {n: asdict(beats[n]) if n in beats else None for n in names},
-        "last_restart": history[0] if history and history[0]["number"] > 1 else None,
+        "generation": generation.to_wire() if generation else None,
+        "nodes": {n: beats[n].to_wire() if n in beats else None for n in names},
+        "last_restart": history[0].to_wire() if history and history[0].number > 1 else None,
     }
 
 

@@ -17,12 +17,11 @@ RedisStore      for tables larger than one serving host. Delivery writes each ve
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import redis
@@ -32,7 +31,7 @@ from serving_export.errors import ServingError
 from serving_export.manifest import ArtifactManifest
 from serving_export.sparse_table import LayeredTables
 from streamrec.config import RedisConfig
-from streamrec.contracts.delivery import RedisPush
+from streamrec.contracts.delivery import LayerSummary, RedisPush, TableLayer
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 
@@ -123,10 +122,13 @@ class RedisStore:
     ) -> RedisStore:
         return cls(connect(rc, decode=False), keys, model, model_dir)
 
-    def written(self) -> dict[str, dict[str, Any]]:
+    def written(self) -> dict[str, LayerSummary]:
         """Versions whose layer is complete, with their summaries."""
-        raw = self._r.hgetall(self._keys.sparse_layers(self._model))
-        return {k.decode(): json.loads(v) for k, v in raw.items()}
+        key = self._keys.sparse_layers(self._model)
+        raw = self._r.hgetall(key)
+        return {
+            k.decode(): LayerSummary.from_wire(v, f"{key}[{k.decode()}]") for k, v in raw.items()
+        }
 
     def push(self, version: str) -> RedisPush:
         """Write the layers of ``version``'s lineage that Redis lacks (a layer: a version's
@@ -156,16 +158,13 @@ class RedisStore:
             layer = self._keys.sparse_layer(self._model, name, table)
             self._r.unlink(layer)
             self._write_hash(layer, embeddings.keys, embeddings.values)
-            written[table] = {"keys": len(embeddings.keys), "dim": embeddings.dim}
-        n = sum(t["keys"] for t in written.values())
-        summary = {
-            "kind": manifest.sparse.kind,
-            "parent": manifest.sparse.parent,
-            "keys": n,
-            "tables": written,
-        }
-        self._r.hset(self._keys.sparse_layers(self._model), name, json.dumps(summary))
-        log.info("redis: wrote %d keys of %s (%s)", n, name, summary["kind"])
+            written[table] = TableLayer(keys=len(embeddings.keys), dim=embeddings.dim)
+        n = sum(t.keys for t in written.values())
+        summary = LayerSummary(
+            kind=manifest.sparse.kind, parent=manifest.sparse.parent, keys=n, tables=written
+        )
+        self._r.hset(self._keys.sparse_layers(self._model), name, summary.to_json())
+        log.info("redis: wrote %d keys of %s (%s)", n, name, summary.kind)
         return n
 
     def _write_hash(self, layer: str, keys: np.ndarray, values: np.ndarray) -> None:

@@ -277,7 +277,7 @@ def _wait_until_training(client: Any, pass_id: str, timeout_s: float = 60) -> No
     import time
 
     deadline = time.monotonic() + timeout_s
-    while f"train {pass_id}: train" not in {w["state"] for w in client.live_workers()}:
+    while f"train {pass_id}: train" not in {w.state for w in client.live_workers()}:
         if time.monotonic() > deadline:
             pytest.fail(f"the workers never started training on {pass_id}")
         time.sleep(0.05)

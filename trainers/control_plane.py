@@ -26,6 +26,7 @@ from typing import Any, Literal
 import redis
 
 from streamrec.config import PipelineConfig
+from streamrec.contracts.cluster import WorkerBeat
 from streamrec.contracts.pass_status import CONTRACT, PassField, PassStatus, read_status, record
 from streamrec.contracts.training import (
     ExportReply,
@@ -110,10 +111,11 @@ class ClusterClient:
         """Redis time in milliseconds (see ``STARTED_ENV``)."""
         return redis_time_ms(self._r)
 
-    def live_workers(self) -> list[dict[str, Any]]:
+    def live_workers(self) -> list[WorkerBeat]:
         """Heartbeats of the workers alive now."""
         keys = list(scan_keys(self._r, self._keys.heartbeat_pattern(WORKER)))
-        return [json.loads(v) for v in self._r.mget(keys) if v] if keys else []
+        beats = self._r.mget(keys) if keys else []
+        return [WorkerBeat.from_wire(v, k) for k, v in zip(keys, beats, strict=True) if v]
 
     def wait(self, command_id: str, timeout_s: float | None = None) -> dict[str, Any]:
         """Block until the command is done; its result. Raises on failure or timeout."""
@@ -253,18 +255,18 @@ class WorkerChannel:
                 self._publish_now()
 
     def _publish_now(self) -> None:
-        payload = {
-            "rank": self.rank,
-            "pid": os.getpid(),
-            "node": os.environ.get(NODE_ENV, ""),
-            "generation": int(os.environ.get(GENERATION_ENV, "0")),
-            "state": self._state,
-            "ts": time.time(),
-        }
+        beat = WorkerBeat(
+            rank=self.rank,
+            pid=os.getpid(),
+            node=os.environ.get(NODE_ENV, ""),
+            generation=int(os.environ.get(GENERATION_ENV, "0")),
+            state=self._state,
+            ts=time.time(),
+        )
         hold_s = self._hold_until - time.monotonic()
         ttl = max(1, int(3 * self._heartbeat_s + 1), math.ceil(hold_s))
         try:
-            self._r.set(self._keys.heartbeat(WORKER, self.rank), json.dumps(payload), ex=ttl)
+            self._r.set(self._keys.heartbeat(WORKER, self.rank), beat.to_json(), ex=ttl)
         except redis.RedisError as e:
             log.warning("heartbeat failed: %s", e)
 

@@ -10,9 +10,13 @@ _EXPORTS = {
     "Contract": "streamrec.contracts.wire",
     "DayEnd": "streamrec.contracts.day_end",
     "Delivery": "streamrec.contracts.delivery",
+    "Member": "streamrec.contracts.cluster",
     "ExportReply": "streamrec.contracts.training",
+    "Generation": "streamrec.contracts.cluster",
     "GateDecision": "streamrec.contracts.delivery",
+    "LayerSummary": "streamrec.contracts.delivery",
     "MaintainReply": "streamrec.contracts.training",
+    "NodeBeat": "streamrec.contracts.cluster",
     "PassField": "streamrec.contracts.pass_status",
     "PassMetrics": "streamrec.contracts.training",
     "PassStatus": "streamrec.contracts.pass_status",
@@ -23,5 +27,6 @@ _EXPORTS = {
     "Superseded": "streamrec.contracts.catch_up",
     "TaskResult": "streamrec.contracts.training",
     "TrainResult": "streamrec.contracts.training",
+    "WorkerBeat": "streamrec.contracts.cluster",
 }
 __all__, __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -18,6 +18,23 @@ class GateDecision(Contract):
     task_aucs: dict[str, float] = Field(default_factory=dict)  # each further task judged
 
 
+class TableLayer(Contract):
+    """One sparse table's part of a layer: its keys and the embedding width."""
+
+    keys: int
+    dim: int
+
+
+class LayerSummary(Contract):
+    """A version's layer in the Redis sparse store (``sparse:<model>:layers``), set only
+    once every table's hash of it is completely written."""
+
+    kind: str  # full | delta (its artifact's)
+    parent: str | None
+    keys: int
+    tables: dict[str, TableLayer]
+
+
 class RedisPush(Contract):
     """The layers of a version's lineage written to the Redis sparse store."""
 

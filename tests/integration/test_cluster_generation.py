@@ -13,15 +13,18 @@ from pathlib import Path
 import pytest
 
 from streamrec.config import ClusterConfig, derived, dump_config
+from streamrec.contracts.cluster import NodeBeat
 from streamrec.errors import ConfigError
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.hosts.generation import GenerationStore, NodeBeat
+from trainers.hosts.generation import GenerationStore
 from trainers.hosts.shared_storage import MARKER, check_shared_storage
 
 
 def _beat(node: str, incarnation: str) -> NodeBeat:
-    return NodeBeat(node, "10.0.0.1", incarnation, 0, "waiting")
+    return NodeBeat(
+        node=node, address="10.0.0.1", incarnation=incarnation, generation=0, state="waiting"
+    )
 
 
 def test_one_generation_per_loss_and_a_start_only_with_every_live_node(
@@ -50,7 +53,7 @@ def test_one_generation_per_loss_and_a_start_only_with_every_live_node(
     assert store.bump(1, "late news", "a").number == 2  # a stale view bumps nothing
     assert store.read().cause in {"a saw it", "b saw it"}
     history = store.history()
-    assert [h["number"] for h in history] == [1] and history[0]["cause"] == "first start"
+    assert [h.number for h in history] == [1] and history[0].cause == "first start"
 
     store.beat(_beat("a", "a-2"), ttl_s=5)
     assert set(store.beats()) == {"a"}

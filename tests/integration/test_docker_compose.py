@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import tomllib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,11 @@ import pytest
 import yaml
 
 from streamrec.config import ClusterConfig, dump_config, load_config
+from streamrec.contracts.cluster import NodeBeat
 from streamrec.kafka_broker import KAFKA_VERSION
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.hosts.generation import GenerationStore, NodeBeat
+from trainers.hosts.generation import GenerationStore
 
 REQUIRED_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):\?")
 CONFIG_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -230,9 +230,15 @@ def test_node_healthcheck_reads_the_node_agents_heartbeat(repo: Path, make_confi
 
     before = check()
     assert before.returncode == 1 and "no heartbeat" in before.stdout, before.stderr
-    beat = NodeBeat(node["name"], "10.0.0.1", "i-1", 1, "waiting for ['b']")
+    beat = NodeBeat(
+        node=node["name"],
+        address="10.0.0.1",
+        incarnation="i-1",
+        generation=1,
+        state="waiting for ['b']",
+    )
     store.beat(beat, ttl_s=30)
     assert check().returncode == 1  # alive, but its members do not run
-    store.beat(replace(beat, state="running"), ttl_s=30)
+    store.beat(beat.model_copy(update={"state": "running"}), ttl_s=30)
     after = check()
     assert after.returncode == 0 and "running" in after.stdout, after.stderr

@@ -46,10 +46,10 @@ def test_a_network_onnx_cannot_take_ships_and_serves_on_paddle(make_config, buil
     with cli_cluster(config, env={"PYTHONPATH": str(OUTSIDE)}) as client:
         trained = client.train(passes[0])
         raw = client.export(passes[0]).raw_export
-        workers = {w["rank"] for w in client.live_workers()}
+        workers = {w.rank for w in client.live_workers()}
         expected = cluster_scores(client, passes[1], pass_events(cfg, passes[1]))
         assert client.train(passes[1]).test.count > 0  # the workers train on after it
-        assert {w["rank"] for w in client.live_workers()} == workers
+        assert {w.rank for w in client.live_workers()} == workers
     spec = json.loads((Path(raw) / "export_spec.json").read_text())
     assert spec["onnx"]["file"] is None and "logcumsumexp" in spec["onnx"]["error"], spec["onnx"]
     assert not list(Path(raw).glob("*.onnx"))

@@ -282,8 +282,8 @@ class Stack:
         while not self.stop.wait(0.05):
             try:
                 for w in self.client.live_workers():
-                    if w.get("state", "").startswith("train "):
-                        self.training.append((time.time(), w["generation"], w["state"]))
+                    if w.state.startswith("train "):
+                        self.training.append((time.time(), w.generation, w.state))
             except redis.RedisError:
                 continue
 
@@ -407,7 +407,7 @@ def test_a_pipeline_over_hosts_survives_a_process_a_host_and_a_link(
         # process death: one worker process, mid-pass
         stack.in_training(1)
         generation, since = stack.generation(), time.time()
-        pid = next(w["pid"] for w in stack.client.live_workers() if w["node"] == "h3")
+        pid = next(w.pid for w in stack.client.live_workers() if w.node == "h3")
         os.kill(pid, signal.SIGKILL)
         recovery["process death (worker on h3)"] = stack.back_to_training(since, generation)
 

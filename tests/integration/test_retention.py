@@ -16,6 +16,7 @@ import pytest
 
 from serving_export.delivery import registry_for
 from streamrec.config import DEFAULT_SPARSE_TABLE, dump_config
+from streamrec.contracts.delivery import LayerSummary
 from streamrec.contracts.pass_status import PassField, record
 from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
 from streamrec.redis_conn import connect
@@ -64,9 +65,11 @@ def pipeline(make_config, build_passes, artifact_manifest, train_result) -> dict
         manifest = artifact_manifest(p, parent=parents.get(p))
         (model_dir / p / "MANIFEST.json").write_text(manifest.to_json())
         registry.register(manifest)
-        sparse = {"kind": manifest.sparse.kind, "parent": manifest.sparse.parent}
+        sparse = LayerSummary(
+            kind=manifest.sparse.kind, parent=manifest.sparse.parent, keys=1, tables={}
+        )
         registry.promote(p)
-        r.hset(keys.sparse_layers(cfg.model.model), p, json.dumps(sparse))  # Redis store
+        r.hset(keys.sparse_layers(cfg.model.model), p, sparse.to_json())  # Redis store
         r.hset(keys.sparse_layer(cfg.model.model, p, DEFAULT_SPARSE_TABLE), "k", "v")
     registry.rollback(passes[0])  # the oldest serves again: it must be kept
     config = dump_config(cfg, root.parent / "p.yaml")

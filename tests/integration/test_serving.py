@@ -182,7 +182,7 @@ def test_services_score_like_the_cluster_full_and_after_three_deltas(stack: Stac
         Path(stack.cfg.paths.model_root) / stack.cfg.model.model,
     ).written()
     assert sorted(layers) == PASSES[:4]
-    assert [layers[v]["kind"] for v in PASSES[:4]] == ["full", "delta", "delta", "delta"]
+    assert [layers[v].kind for v in PASSES[:4]] == ["full", "delta", "delta", "delta"]
 
 
 def _expected_by_version(stack: Stack, versions: list[str], events: list[dict]) -> dict:

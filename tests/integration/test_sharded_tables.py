@@ -240,7 +240,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, build_passes) -> Iterator[Run]
                 [CLI, "cluster", "--config", str(config)], root / "logs" / "cluster-h2-again.log"
             )
             _deadline_until(
-                lambda: sum(w["generation"] > generation for w in client.live_workers()) == 2,
+                lambda: sum(w.generation > generation for w in client.live_workers()) == 2,
                 300,
             )
             for pass_id in passes[3:]:

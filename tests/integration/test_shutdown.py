@@ -41,7 +41,7 @@ def _ready_cluster(config: Path, client: ClusterClient, workers: int) -> tuple:
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
         tree = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-        if sum(w["pid"] in tree for w in client.live_workers()) >= workers:
+        if sum(w.pid in tree for w in client.live_workers()) >= workers:
             return proc, tree
         time.sleep(0.3)
     pytest.fail("the cluster's workers never reported")

@@ -512,7 +512,7 @@ class Soak:
                         self.airflow.start(name)
 
     def _training(self) -> str | None:
-        busy = [w for w in self.client.live_workers() if w.get("state") not in (None, "idle")]
+        busy = [w for w in self.client.live_workers() if w.state != "idle"]
         return busy[0]["state"] if busy else None
 
     def _cluster_member(self, role: str) -> psutil.Process:

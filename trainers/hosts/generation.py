@@ -24,63 +24,27 @@ Keys (``streamrec.redis_keys``)::
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
-
 import redis
 
+from streamrec.contracts.cluster import Generation, NodeBeat
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import redis_time_ms
 
-GenerationState = Literal["forming", "started"]
 HISTORY_KEPT = 100
 
 
-@dataclass(frozen=True)
-class Generation:
-    """The cluster's current generation."""
-
-    number: int
-    state: GenerationState
-    cause: str  # why it began: "first start", "process death on node a: ...", ...
-    by: str  # the node that began it
-    at_ms: int  # Redis time when it began forming
-    started_ms: int = 0  # Redis time when every node had joined; 0 while forming
-
-    @classmethod
-    def from_hash(cls, raw: dict[str, str]) -> Generation | None:
-        if not raw:
-            return None
-        return cls(
-            int(raw["gen"]),
-            raw["state"],  # type: ignore[arg-type]
-            raw.get("cause", ""),
-            raw.get("by", ""),
-            int(raw.get("at_ms", 0)),
-            int(raw.get("started_ms", 0)),
-        )
-
-
-@dataclass(frozen=True)
-class NodeBeat:
-    """What a node agent says of itself with each heartbeat."""
-
-    node: str
-    address: str
-    incarnation: str  # one per agent process: a restarted node is a new one
-    generation: int  # the generation its members run (or it waits for)
-    state: str  # waiting | starting | running | stopping | isolated
-    members: list[dict[str, Any]] = field(default_factory=list)  # {role, pid}
-    host: str = ""
-    ts_ms: int = 0
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, raw: str) -> NodeBeat:
-        return cls(**json.loads(raw))
+def _generation(raw: dict[str, str]) -> Generation | None:
+    """The generation in its Redis hash (``gen``, ``state``, ...), or None before any."""
+    if not raw:
+        return None
+    return Generation(
+        number=int(raw["gen"]),
+        state=raw["state"],  # type: ignore[arg-type]  # checked by the contract
+        cause=raw.get("cause", ""),
+        by=raw.get("by", ""),
+        at_ms=int(raw.get("at_ms", 0)),
+        started_ms=int(raw.get("started_ms", 0)),
+    )
 
 
 class GenerationStore:
@@ -92,7 +56,7 @@ class GenerationStore:
         self.nodes = nodes
 
     def read(self) -> Generation | None:
-        return Generation.from_hash(self._r.hgetall(self._keys.cluster_generation))
+        return _generation(self._r.hgetall(self._keys.cluster_generation))
 
     def bump(self, expected: int | None, cause: str, by: str) -> Generation:
         """Begin generation ``expected + 1`` (forming), unless the counter has moved past
@@ -100,7 +64,7 @@ class GenerationStore:
         key = self._keys.cluster_generation
 
         def begin(pipe: redis.client.Pipeline) -> None:
-            current = Generation.from_hash(pipe.hgetall(key))
+            current = _generation(pipe.hgetall(key))
             if current is not None and current.number != expected:
                 return
             number = (current.number if current else 0) + 1
@@ -124,7 +88,7 @@ class GenerationStore:
         ready = self._keys.cluster_ready(number)
 
         def add(pipe: redis.client.Pipeline) -> bool:
-            current = Generation.from_hash(pipe.hgetall(key))
+            current = _generation(pipe.hgetall(key))
             if current is None or current.number != number or current.state != "forming":
                 return False
             pipe.multi()
@@ -144,7 +108,7 @@ class GenerationStore:
         key = self._keys.cluster_generation
 
         def start(pipe: redis.client.Pipeline) -> None:
-            current = Generation.from_hash(pipe.hgetall(key))
+            current = _generation(pipe.hgetall(key))
             if current is None or current.number != number or current.state != "forming":
                 return
             ready = pipe.hgetall(self._keys.cluster_ready(number))
@@ -154,10 +118,10 @@ class GenerationStore:
             ):
                 return
             now = redis_time_ms(pipe)
-            record = {**asdict(current), "state": "started", "started_ms": now}
+            record = current.model_copy(update={"state": "started", "started_ms": now})
             pipe.multi()
             pipe.hset(key, mapping={"state": "started", "started_ms": now})
-            pipe.lpush(self._keys.cluster_history, json.dumps(record))
+            pipe.lpush(self._keys.cluster_history, record.to_json())
             pipe.ltrim(self._keys.cluster_history, 0, HISTORY_KEPT - 1)
 
         self._r.transaction(start, key)
@@ -175,8 +139,13 @@ class GenerationStore:
     def beats(self) -> dict[str, NodeBeat]:
         """The heartbeats of the configured nodes alive now."""
         values = self._r.mget([self._keys.cluster_node(n) for n in self.nodes])
-        return {n: NodeBeat.from_json(v) for n, v in zip(self.nodes, values, strict=True) if v}
+        return {
+            n: NodeBeat.from_wire(v, self._keys.cluster_node(n))
+            for n, v in zip(self.nodes, values, strict=True)
+            if v
+        }
 
-    def history(self, limit: int = 10) -> list[dict[str, Any]]:
+    def history(self, limit: int = 10) -> list[Generation]:
         """The generations that started, newest first."""
-        return [json.loads(v) for v in self._r.lrange(self._keys.cluster_history, 0, limit - 1)]
+        key = self._keys.cluster_history
+        return [Generation.from_wire(v, key) for v in self._r.lrange(key, 0, limit - 1)]

@@ -32,12 +32,13 @@ from pathlib import Path
 import redis
 
 from streamrec.config import PipelineConfig
+from streamrec.contracts.cluster import Generation, NodeBeat
 from streamrec.errors import ServiceError
 from streamrec.layout import Layout
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
-from trainers.hosts.generation import Generation, GenerationStore, NodeBeat
+from trainers.hosts.generation import GenerationStore
 from trainers.hosts.node_processes import NodeProcesses, kill_leftovers, stop_gracefully
 from trainers.hosts.shared_storage import check_shared_storage, keep_marker
 from trainers.hosts.topology import Topology, check_host_name
@@ -175,7 +176,7 @@ class NodeAgent:
             return f"process death on {self.name}: {lost} gone"
         if self._complete and not self._reported and self.node.workers:
             pids = {m["pid"] for m in roster}
-            reported = sum(w.get("pid") in pids for w in self.client.live_workers())
+            reported = sum(w.pid in pids for w in self.client.live_workers())
             self._reported = reported >= len(self.node.workers)
             if not self._reported and running_for > start_timeout:
                 return f"start timed out on {self.name}: {reported} worker(s) reported"

@@ -180,7 +180,7 @@ def wait_for_workers(
                 f"see {processes.log_dir}/workerlog.* and serverlog.*"
             )
         ours = {p.pid for p in processes.members()}
-        alive = sum(w["pid"] in ours for w in client.live_workers())
+        alive = sum(w.pid in ours for w in client.live_workers())
         return True if alive >= workers else None
 
     if poll_until(reported, timeout_s, 0.5) is None:
@@ -218,7 +218,7 @@ def _busy_states(client: ClusterClient, heartbeat_s: float) -> list[str]:
     show for a moment (its result is recorded before the worker turns idle)."""
 
     def busy() -> list[str]:
-        return [w["state"] for w in client.live_workers() if w.get("state") != "idle"]
+        return [w.state for w in client.live_workers() if w.state != "idle"]
 
     if poll_until(lambda: [] if not busy() else None, 2 * heartbeat_s, 0.1) is not None:
         return []

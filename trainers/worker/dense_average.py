@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from streamrec.contracts.training import DenseAverage
 from trainers.worker import dense_tables
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class IterateAverage:
                 total += np.array(scope.find_var(name).get_tensor())
             self.batches += 1
 
-    def apply(self, leader_only: Callable[[Callable[[], None]], object]) -> dict[str, Any]:
+    def apply(self, leader_only: Callable[[Callable[[], None]], object]) -> DenseAverage:
         """Every worker, after its training run: the mean over every worker's batches goes
         into the servers' dense tables (written by worker 0 through ``leader_only``) and
         into every worker's scope; the number of batches averaged and the scope's digest."""
@@ -73,7 +74,7 @@ class IterateAverage:
         total = np.asarray(fleet.util.all_reduce(flat, "sum"), dtype=np.float64)
         batches = int(total[-1])
         if not batches:
-            return {"batches": 0, "dense_digest": dense_tables.digest()}
+            return DenseAverage(batches=0, dense_digest=dense_tables.digest())
         mean, start = {}, 0
         for name in names:
             size = int(np.prod(self._shapes[name]))
@@ -86,7 +87,7 @@ class IterateAverage:
 
         leader_only(write)
         dense_tables.pull()
-        return {"batches": batches, "dense_digest": dense_tables.digest()}
+        return DenseAverage(batches=batches, dense_digest=dense_tables.digest())
 
 
 def install(loss: Any) -> IterateAverage:

@@ -16,7 +16,6 @@ from trainers.export_spec import (
     EXPORT_VERSION,
     ExportSpec,
     ExportTable,
-    OnnxTwin,
     write_export_spec,
 )
 from trainers.worker import dense_tables
@@ -101,7 +100,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> ExportReply:
             checkpoint_root=str(Path(ctx.cfg.paths.checkpoint_root)),
             chain=tuple(i.model_copy(update={"train": None}) for i in ctx.chain),
             trained_at=(ctx.chain[-1].train or {}).get("trained_at"),
-            onnx=OnnxTwin(**onnx),
+            onnx=onnx,
         )
         write_export_spec(tmp, spec)
         (tmp / "_SUCCESS").touch()

@@ -17,7 +17,8 @@ import signal
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+
+from trainers.export_spec import OnnxTwin
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def _wait(pid: int, timeout_s: float) -> int | None:
     return None
 
 
-def write_onnx_twin(prefix: Path, timeout_s: float = 300) -> dict[str, Any]:
+def write_onnx_twin(prefix: Path, timeout_s: float = 300) -> OnnxTwin:
     """Convert ``<prefix>.pdmodel``/``.pdiparams`` to ``<prefix>.onnx``; what was written,
     or why not (a program the converter cannot take keeps the Paddle format only)."""
     target = prefix.with_suffix(".onnx")
@@ -79,7 +80,7 @@ def write_onnx_twin(prefix: Path, timeout_s: float = 300) -> dict[str, Any]:
     text = output.read_text(errors="replace") if output.is_file() else ""
     output.unlink(missing_ok=True)
     if status is not None and os.waitstatus_to_exitcode(status) == 0:
-        return {"file": target.name, "opset": ONNX_OPSET, "converter": CONVERTER}
+        return OnnxTwin(file=target.name, opset=ONNX_OPSET, converter=CONVERTER)
     target.unlink(missing_ok=True)
     if status is None:
         why = f"the converter ran over {timeout_s:.0f} s"
@@ -89,4 +90,4 @@ def write_onnx_twin(prefix: Path, timeout_s: float = 300) -> dict[str, Any]:
         ended = f"signal {-code}" if code < 0 else f"exit {code}"
         why = f"the converter ended with {ended}: " + " | ".join(lines[-4:] or [text[-300:]])
     log.warning("no ONNX export of %s: %s", prefix, why)
-    return {"file": None, "error": why[:_ERROR_CHARS]}
+    return OnnxTwin(file=None, error=why[:_ERROR_CHARS])

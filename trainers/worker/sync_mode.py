@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from streamrec.contracts import training
 from trainers.worker import dense_tables
 
 log = logging.getLogger(__name__)
@@ -57,14 +58,14 @@ class SyncRounds:
             self.idle += 1
         self.dense_digest = dense_tables.digest()
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> training.SyncRounds:
         """The last run's rounds, with and without a batch, and the dense weights' digest."""
-        return {
-            "rounds": self.batches + self.idle,
-            "batches": self.batches,
-            "idle": self.idle,
-            "dense_digest": self.dense_digest,
-        }
+        return training.SyncRounds(
+            rounds=self.batches + self.idle,
+            batches=self.batches,
+            idle=self.idle,
+            dense_digest=self.dense_digest,
+        )
 
     def after_batch(self, loss: Any) -> None:
         """The py_func: a round after each training batch (scoring keeps the op: skip)."""
