@@ -8,14 +8,16 @@ probability, the time in ms). So the served log can itself be the impressions a 
 cut from: what trains is what served, and the pass keeps which version scored each row and
 how (``ops.online`` judges every version on that).
 
-Records go to librdkafka (``confluent_kafka``), which batches and sends them from threads
-of its own, outside Python: a request only serializes its records and appends them to
-librdkafka's bounded queue (``serving.log_buffer_events``), which takes microseconds and
-never waits. A record the queue has no room for (Kafka slow or away for long), that Kafka
-has not taken within ``TIMEOUT_MS`` or that it refused is counted as unlogged: a request is
-answered whatever Kafka does. When Kafka is back, the queue drains and logging goes on.
-Every record offered is logged or counted (``logged + unlogged + backlog``). A thread of
-ours only waits for librdkafka's delivery reports and counts them (and makes the topic).
+Records go to librdkafka (``confluent_kafka``), which batches and sends them from
+threads of its own, outside Python: once its requests are answered, a scoring call's
+records are serialized and appended to librdkafka's bounded queue
+(``serving.log_buffer_events``), which takes microseconds and never waits
+(``serving_export.batcher``). A record the queue has no room for (Kafka slow or away for
+long), that Kafka has not taken within ``TIMEOUT_MS`` or that it refused is counted as
+unlogged: a request is answered whatever Kafka does. When Kafka is back, the queue
+drains and logging goes on. Every record offered is logged or counted (``logged +
+unlogged + backlog``). A thread of ours only waits for librdkafka's delivery reports and
+counts them (and makes the topic).
 """
 
 from __future__ import annotations

@@ -513,7 +513,7 @@ class Soak:
 
     def _training(self) -> str | None:
         busy = [w for w in self.client.live_workers() if w.state != "idle"]
-        return busy[0]["state"] if busy else None
+        return busy[0].state if busy else None
 
     def _cluster_member(self, role: str) -> psutil.Process:
         assert self.cluster.proc is not None
