@@ -22,7 +22,7 @@ from ops.online import VersionOnline, online_of
 from serving_export.delivery import registry_for
 from streaming.synthetic import read_best_auc, read_best_task_auc
 from streamrec.config import PipelineConfig
-from streamrec.contracts.pass_status import PassStatus
+from streamrec.contracts.pass_status import PassStatus, read_statuses
 from streamrec.errors import ContractError
 from streamrec.passes import (
     PartitionHold,
@@ -160,24 +160,11 @@ def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None
     known |= {keys.pass_of(k) for k in scan_keys(r, keys.pass_status("*"))}
     known |= {h.pass_id for h in holds if h.pass_id}
     ids = sorted(known)[-limit:]
-    pipe = r.pipeline(transaction=False)
-    for pass_id in ids:
-        pipe.hgetall(keys.pass_status(pass_id))
-    statuses = [_status(p, raw) for p, raw in zip(ids, pipe.execute(), strict=True)]
+    statuses = read_statuses(r, keys, ids, tolerant=True)
     best, best_tasks = read_best_auc(cfg.paths.data_root), read_best_task_auc(cfg.paths.data_root)
     rows = [_row(cfg, p, s, best, best_tasks) for p, s in zip(ids, statuses, strict=True)]
     rows = flag_held(rows, holds)
     return flag_untrained(rows, cfg.passes.pass_minutes, time.time() if now is None else now)
-
-
-def _status(pass_id: str, fields: dict[str, str]) -> PassStatus:
-    """The pass's status; an unreadable one is shown as nothing done (and warned of): one
-    broken record must not hide every other pass."""
-    try:
-        return PassStatus.from_hash(pass_id, fields)
-    except ContractError as e:
-        log.warning("pass %s: its status is not shown: %s", pass_id, e)
-        return PassStatus(pass_id=pass_id)
 
 
 def flag_held(rows: list[PassRow], holds: list[PartitionHold]) -> list[PassRow]:

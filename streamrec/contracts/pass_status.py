@@ -5,6 +5,7 @@ caught_up, superseded), all through ``record``; every reader gets a ``PassStatus
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
@@ -42,6 +43,7 @@ CONTRACT: dict[PassField, type[Contract]] = {
     PassField.SUPERSEDED: Superseded,
 }
 _NAMES = frozenset(f.value for f in PassField)
+log = logging.getLogger(__name__)
 
 
 class PassStatus(Contract):
@@ -88,10 +90,23 @@ def read_status(r: Redis, keys: RedisKeys, pass_id: str) -> PassStatus:
     return PassStatus.from_hash(pass_id, r.hgetall(keys.pass_status(pass_id)))
 
 
-def read_statuses(r: Redis, keys: RedisKeys, pass_ids: Iterable[str]) -> list[PassStatus]:
-    """Several passes' statuses in one round trip, in the order given."""
+def read_statuses(
+    r: Redis, keys: RedisKeys, pass_ids: Iterable[str], tolerant: bool = False
+) -> list[PassStatus]:
+    """Several passes' statuses in one round trip, in the order given. ``tolerant``: an
+    unreadable one is logged and read as nothing done (a display must not let one broken
+    record hide every other pass); otherwise its ContractError is raised."""
     ids = list(pass_ids)
     pipe = r.pipeline(transaction=False)
     for pass_id in ids:
         pipe.hgetall(keys.pass_status(pass_id))
-    return [PassStatus.from_hash(p, raw) for p, raw in zip(ids, pipe.execute(), strict=True)]
+    statuses = []
+    for pass_id, raw in zip(ids, pipe.execute(), strict=True):
+        try:
+            statuses.append(PassStatus.from_hash(pass_id, raw))
+        except ContractError as e:
+            if not tolerant:
+                raise
+            log.warning("pass %s: its status is not shown: %s", pass_id, e)
+            statuses.append(PassStatus(pass_id=pass_id))
+    return statuses

@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
+from streamrec.config import RedisConfig
 from streamrec.contracts.catch_up import CatchUp, CaughtUp, Superseded
 from streamrec.contracts.day_end import DayEnd, RetentionRun
 from streamrec.contracts.delivery import Delivery, GateDecision, RedisPush
-from streamrec.contracts.pass_status import CONTRACT, PassField, PassStatus, record
+from streamrec.contracts.pass_status import (
+    CONTRACT,
+    PassField,
+    PassStatus,
+    read_statuses,
+    record,
+)
 from streamrec.contracts.training import (
     ExportReply,
     MaintainReply,
@@ -23,6 +31,7 @@ from streamrec.contracts.training import (
     SyncMode,
 )
 from streamrec.errors import ContractError
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 
 P = "202601010010"
@@ -96,3 +105,18 @@ def test_each_status_field_takes_only_its_contract(train_result) -> None:
     assert all(getattr(status, f.value) == values[CONTRACT[f]] for f in PassField)
     with pytest.raises(TypeError, match="GateDecision"):
         record(stored, keys, P, PassField.GATE, values[Superseded])  # type: ignore[arg-type]
+
+
+def test_a_broken_status_raises_or_reads_as_nothing_done_when_tolerant(
+    services, train_result
+) -> None:
+    """On a real redis-server: a display reads every other pass past a broken record."""
+    r = connect(RedisConfig(url=services.redis_url))
+    keys = RedisKeys(f"statuses-{time.time_ns()}")
+    record(r, keys, P, PassField.TRAIN, train_result(P))
+    r.hset(keys.pass_status("202601010020"), "gate", "{}")
+    ids = [P, "202601010020"]
+    with pytest.raises(ContractError, match="202601010020"):
+        read_statuses(r, keys, ids)
+    good, broken = read_statuses(r, keys, ids, tolerant=True)
+    assert good.train == train_result(P) and broken == PassStatus(pass_id="202601010020")
