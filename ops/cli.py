@@ -87,8 +87,10 @@ def _status(args: argparse.Namespace) -> int:
     from ops.status import (
         cluster_summary,
         format_cluster,
+        format_leftovers,
         format_serving,
         format_table,
+        leftover_summary,
         needs_attention,
         recent_passes,
         serving_summary,
@@ -98,11 +100,14 @@ def _status(args: argparse.Namespace) -> int:
     rows = recent_passes(cfg, args.limit)
     serving = serving_summary(cfg)
     cluster = cluster_summary(cfg)
+    left = leftover_summary(cfg)
     if args.json:
         passes = [r.to_dict() for r in rows]
-        print(json.dumps({"serving": serving, "cluster": cluster, "passes": passes}, indent=2))
+        whole = {"serving": serving, "cluster": cluster, "leftovers": left, "passes": passes}
+        print(json.dumps(whole, indent=2))
     else:
-        print("\n\n".join([format_table(rows), format_serving(serving), format_cluster(cluster)]))
+        parts = [format_table(rows), format_serving(serving), format_cluster(cluster)]
+        print("\n\n".join([*parts, format_leftovers(left)]))
     return ATTENTION if needs_attention(rows) else 0
 
 

@@ -14,6 +14,8 @@ carries a plan out. What goes, by ``retention`` (and ``checkpoints.keep_bases``)
                 version's Redis embeddings)
     redis       pass status, done markers and command records of passes older than
                 ``redis_days``; command stream entries older than that every worker has read
+    leftover    a writer's temporary (slice, pass, save, export, score run, artifact) whose
+                writer ran on this host and is gone, or unchanged for ``leftover_minutes``
 
 Dead letters age out in the broker (``retention.ms`` of the dead-letter topics).
 """
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,26 +32,30 @@ from typing import Any, Literal
 
 import redis
 
-from serving_export.artifact import ancestors, artifact_dir
+from serving_export.artifact import ancestors, artifact_dir, version_listing
 from serving_export.delivery import registry_for
 from serving_export.sparse_store import RedisStore
-from streaming.slices import latest_slice, slice_pass_ids
+from streaming.slices import builder_leftovers, latest_slice, slice_partitions, slice_pass_ids
+from streamrec.atomic_fs import leftover_reason, remove_path
 from streamrec.config import PipelineConfig
 from streamrec.contracts.day_end import RetentionRun
 from streamrec.layout import Layout
+from streamrec.listing import list_folder
 from streamrec.passes import (
     closes_day,
     complete_passes,
+    is_day,
     pass_id_at,
     window_ms,
 )
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import expired, list_checkpoints
+from trainers.leftovers import cluster_leftovers, run_listing
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["pass", "slice", "checkpoint", "raw-export", "artifact", "redis"]
+Kind = Literal["pass", "slice", "checkpoint", "raw-export", "artifact", "redis", "leftover"]
 
 
 @dataclass(frozen=True)
@@ -104,10 +109,7 @@ def _passes(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime)
 def _slices(cfg: PipelineConfig, now: datetime):
     root, minutes = cfg.paths.data_root, cfg.passes.pass_minutes
     layout = Layout.of(cfg.paths)
-    partitions = {
-        int(p.name[1:]) for p in layout.data.slices.glob("*/*/p*") if p.name[1:].isdigit()
-    }
-    newest = [s.pass_id for p in partitions if (s := latest_slice(root, p, minutes))]
+    newest = [s.pass_id for p in slice_partitions(root) if (s := latest_slice(root, p, minutes))]
     if not newest:
         return
     resume_from = min(newest)
@@ -133,16 +135,15 @@ def _checkpoints(cfg: PipelineConfig):
 
 def _raw_exports(cfg: PipelineConfig):
     root = Layout.of(cfg.paths).exports
-    exports = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
-    for path in exports[:-1]:
-        yield Deletion("raw-export", str(path), "packaged or superseded by a newer export")
+    for name in run_listing(root).names[:-1]:
+        yield Deletion("raw-export", str(root / name), "packaged or superseded by a newer export")
 
 
 def _artifacts(cfg: PipelineConfig):
     registry = registry_for(cfg)
     serving = registry.serving_version()
     model_dir = Layout.of(cfg.paths).model_dir(cfg.model.model)
-    on_disk = {p.name for p in model_dir.glob("*") if p.is_dir() and not p.name.startswith(".")}
+    on_disk = set(version_listing(model_dir).names)
     versions = sorted(on_disk | set(registry.versions()))
     keep = set(versions[-cfg.retention.artifacts_keep :]) | {serving} - {None}
     keep |= {a for version in keep for a in ancestors(model_dir, version)}
@@ -178,6 +179,28 @@ def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datet
         yield Deletion("redis", f"{keys.commands} MINID {min_id}", "commands every worker read")
 
 
+def leftovers(cfg: PipelineConfig) -> list[Path]:
+    """Every writer's temporary in the pipeline's folders (live or left by a crash): the
+    pass builder's, the cluster's and delivery's."""
+    model_dir = Layout.of(cfg.paths).model_dir(cfg.model.model)
+    return [
+        *builder_leftovers(cfg.paths.data_root).leftovers,
+        *cluster_leftovers(cfg.paths).leftovers,
+        *version_listing(model_dir).leftovers,
+    ]
+
+
+def _leftovers(cfg: PipelineConfig, now: datetime):
+    grace_s = cfg.retention.leftover_minutes * 60
+    for path in leftovers(cfg):
+        try:
+            why = leftover_reason(path, grace_s, now.timestamp())
+        except FileNotFoundError:  # published or removed while we looked
+            continue
+        if why is not None:
+            yield Deletion("leftover", str(path), f"a writer's temporary: {why}")
+
+
 def plan(cfg: PipelineConfig, now: datetime | None = None) -> list[Deletion]:
     """Everything retention would delete now, with the reason; deletes nothing."""
     now = now or datetime.now(UTC)
@@ -189,6 +212,7 @@ def plan(cfg: PipelineConfig, now: datetime | None = None) -> list[Deletion]:
         *_raw_exports(cfg),
         *_artifacts(cfg),
         *_redis_keys(cfg, r, keys, now),
+        *_leftovers(cfg, now),
     ]
 
 
@@ -214,7 +238,7 @@ def apply(
             if d.kind == "artifact":
                 registry.forget(Path(d.target).name)
                 layers.drop(Path(d.target).name)
-            shutil.rmtree(d.target, ignore_errors=True)
+            remove_path(Path(d.target))
     _remove_empty_days(cfg)
     if deletions:
         log.info("retention deleted %s", json.dumps(RetentionResult(False, deletions).counts()))
@@ -224,9 +248,9 @@ def apply(
 def _remove_empty_days(cfg: PipelineConfig) -> None:
     data = Layout.of(cfg.paths).data
     for root in (data.passes, data.slices):
-        for day in root.glob("[0-9]*") if root.is_dir() else []:
-            if day.is_dir() and not any(day.iterdir()):
-                day.rmdir()
+        for day in list_folder(root, is_day).names:
+            if not any((root / day).iterdir()):
+                (root / day).rmdir()
 
 
 def apply_if_day_ends(cfg: PipelineConfig, pass_id: str) -> RetentionRun:

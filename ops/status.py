@@ -16,11 +16,14 @@ import logging
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ops.online import VersionOnline, online_of
+from ops.retention import leftovers
 from serving_export.delivery import registry_for
 from streaming.synthetic import read_best_auc, read_best_task_auc
+from streamrec.atomic_fs import writer_gone
 from streamrec.config import PipelineConfig
 from streamrec.contracts.pass_status import PassStatus, read_statuses
 from streamrec.errors import ContractError
@@ -264,6 +267,49 @@ def format_serving(summary: dict[str, Any]) -> str:
 
 def _figure(x: float | None) -> str:
     return "-" if x is None else f"{x:.4f}"
+
+
+def leftover_summary(cfg: PipelineConfig, now: float | None = None) -> dict[str, Any]:
+    """The writers' temporaries in the pipeline's folders, which every listing skips: how
+    many, where, how old, and whether their writer is known to be gone (a crash's
+    leftover, removed when that writer starts again or by retention after
+    ``retention.leftover_minutes``) or may still be writing."""
+    now = time.time() if now is None else now
+    found = []
+    for path in leftovers(cfg):
+        try:
+            age = now - path.lstat().st_mtime
+        except FileNotFoundError:  # published or removed while we looked
+            continue
+        found.append(
+            {"path": str(path), "age_seconds": round(age, 1), "writer_gone": writer_gone(path)}
+        )
+    return {
+        "count": len(found),
+        "grace_minutes": cfg.retention.leftover_minutes,
+        "leftovers": found,
+    }
+
+
+def format_leftovers(summary: dict[str, Any]) -> str:
+    """The leftover summary as lines for ``streamrec status``: one per folder holding any."""
+    if not summary["count"]:
+        return "leftovers: none"
+    lines = [
+        f"leftovers: {summary['count']} writer's temporaries, skipped by every listing "
+        f"(removed when their writer starts again, or by retention after "
+        f"{summary['grace_minutes']:g} min):"
+    ]
+    by_folder: dict[str, list[dict[str, Any]]] = {}
+    for item in summary["leftovers"]:
+        by_folder.setdefault(str(Path(item["path"]).parent), []).append(item)
+    for folder, items in sorted(by_folder.items()):
+        lines.append(f"  {folder}: {len(items)}")
+        for item in items:
+            state = "writer gone" if item["writer_gone"] else "writer may be running"
+            name = Path(item["path"]).name
+            lines.append(f"    {name} ({item['age_seconds']:.0f} s old, {state})")
+    return "\n".join(lines)
 
 
 def cluster_summary(cfg: PipelineConfig) -> dict[str, Any]:

@@ -16,6 +16,8 @@ command -v ip >/dev/null 2>&1 || missing+=(iproute2)                    # the mu
 if [ "${1:-}" = --test ]; then
   # the report's tests open it in headless Chromium through Playwright (no browser download)
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  command -v strace >/dev/null 2>&1 || missing+=(strace)          # a SIGKILL test's exact moment
+  command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)  # serving's overload tests
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]} with apt"

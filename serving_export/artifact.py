@@ -46,10 +46,11 @@ from serving_export.manifest import (
 )
 from serving_export.sparse_table import SparseEmbeddings, newest_wins, read_save
 from streaming.feature_signs import SIGN_VERSION
-from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for
+from streamrec.atomic_fs import publish_dir, remove_leftovers, sha256_file, temp_dir_for
 from streamrec.config import PipelineConfig
 from streamrec.contracts.delivery import GateDecision
 from streamrec.layout import Layout
+from streamrec.listing import Listing, list_folder
 from streamrec.passes import pass_dir, read_manifest
 from trainers.export_spec import ExportSpec, read_export_spec
 
@@ -79,13 +80,14 @@ def read_published(directory: Path) -> ArtifactManifest | None:
     return ArtifactManifest.parse(path.read_text(), str(path)) if path.is_file() else None
 
 
+def version_listing(model_dir: Path) -> Listing:
+    """The version folders of a model (plain names) and the writers' temporaries."""
+    return list_folder(model_dir, lambda name: _PLAIN_NAME.fullmatch(name) is not None)
+
+
 def _parent(model_dir: Path, version: str, chain: tuple[str, ...]) -> ArtifactManifest | None:
     """The newest published version before ``version`` when this chain extends its chain."""
-    earlier = sorted(
-        (d.name for d in model_dir.iterdir() if d.name < version and not d.name.startswith("."))
-        if model_dir.is_dir()
-        else []
-    )
+    earlier = [name for name in version_listing(model_dir).names if name < version]
     for name in reversed(earlier):
         manifest = read_published(model_dir / name)
         if manifest is None:
@@ -123,6 +125,8 @@ def package_export(
         log.info("artifact %s already published", final)
         return published
 
+    for removed in remove_leftovers(final.parent, cfg.retention.leftover_minutes * 60):
+        log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)
     chain = tuple(c.name for c in spec.chain)
     parent = _parent(final.parent, version, chain)
     saves = chain[len(parent.chain) :] if parent else chain

@@ -67,10 +67,11 @@ from streaming.slices import (
     assemble_pass,
     latest_slice,
     parts_per_slice,
+    remove_builder_leftovers,
     slice_pass_ids,
 )
 from streaming.windows import WindowCutter, watermark_ms
-from streamrec.atomic_fs import remove_stale_temps, write_text_atomic
+from streamrec.atomic_fs import write_text_atomic
 from streamrec.config import EMBEDDED, PipelineConfig, label_column, load_config
 from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
@@ -84,12 +85,10 @@ from streamrec.passes import (
     is_complete,
     next_pass_id,
     pass_dir,
-    slices_root,
 )
 
 log = logging.getLogger(__name__)
 
-STALE_TEMP_SECONDS = 600
 RESCAN_SECONDS = 2.0
 POLL_MS, IN_FLIGHT_POLL_MS = 500, 50
 
@@ -197,8 +196,10 @@ class PassBuilder:
             )
         self.partitions = self._source.open(self.acquire, self.release)
         parts = parts_per_slice(self.cfg.passes.parts_per_pass, self.partitions)
-        for day in slices_root(self._root).glob("*/*"):
-            remove_stale_temps(day, STALE_TEMP_SECONDS)
+        for removed in remove_builder_leftovers(
+            self._root, self.cfg.retention.leftover_minutes * 60
+        ):
+            log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)
         self._writer = SliceWriter(self._root, self.cfg.feature_schema.version, parts)
 
     @property

@@ -25,7 +25,16 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from streaming.errors import StreamingError
-from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for, write_text_atomic
+from streamrec.atomic_fs import (
+    Removed,
+    publish_dir,
+    remove_leftovers,
+    sha256_file,
+    temp_dir_for,
+    write_text_atomic,
+)
+from streamrec.layout import DataLayout, day_of
+from streamrec.listing import Listing, list_folder
 from streamrec.passes import (
     MANIFEST_NAME,
     SLICE_MANIFEST_NAME,
@@ -34,11 +43,15 @@ from streamrec.passes import (
     PartInfo,
     PassManifest,
     SliceManifest,
+    by_day,
     is_complete,
+    is_partition_name,
+    is_pass_id,
     latest_slice_index,
     manifest_json,
     next_pass_id,
     pass_dir,
+    pass_listing,
     read_manifest,
     read_slice,
     slice_dir,
@@ -124,9 +137,7 @@ def latest_slice(data_root: Path, partition: int, pass_minutes: int) -> SliceMan
         newest = json.loads(index.read_text())["pass_id"]
     else:
         found = [
-            d.parent.name
-            for d in slices_root(data_root).glob(f"*/*/p{partition}")
-            if is_complete(d)
+            w for w in slice_pass_ids(data_root) if is_complete(slice_dir(data_root, w, partition))
         ]
         newest = max(found, default=None)
     if newest is None:
@@ -137,12 +148,47 @@ def latest_slice(data_root: Path, partition: int, pass_minutes: int) -> SliceMan
 
 
 def slice_pass_ids(data_root: Path) -> set[str]:
-    """Pass ids that have at least one slice."""
+    """Pass ids with a slices folder: a slice of theirs is published, or being written."""
+    return set(by_day(slices_root(data_root), is_pass_id).names)
+
+
+def slice_listing(data_root: Path) -> Listing:
+    """Every partition's slice folder (names ``<pass_id>/p<N>``), and the writers'
+    temporaries in the day folders and in each window's folder."""
     root = slices_root(data_root)
-    if not root.is_dir():
-        return set()
-    days = [d for d in root.iterdir() if d.is_dir() and d.name.isdigit()]
-    return {p.name for d in days for p in d.iterdir() if not p.name.startswith(".")}
+    windows = by_day(root, is_pass_id)
+    inside = []
+    for window in windows.names:
+        listing = list_folder(root / day_of(window) / window, is_partition_name)
+        inside.append(Listing(tuple(f"{window}/{p}" for p in listing.names), listing.leftovers))
+    return Listing.joined([Listing((), windows.leftovers), *inside])
+
+
+def slice_partitions(data_root: Path) -> set[int]:
+    """Every partition with a slice folder of some window."""
+    return {int(name.rpartition("/p")[2]) for name in slice_listing(data_root).names}
+
+
+def builder_leftovers(data_root: Path) -> Listing:
+    """The writers' temporaries a pass builder may have left: slices, passes, and its
+    index and hold notes."""
+    layout = DataLayout(Path(data_root))
+    notes = [layout.slices / "_latest"] + [
+        d for d in (layout.slices / "_held").glob("*") if d.is_dir()
+    ]
+    return Listing.joined(
+        [
+            Listing((), slice_listing(data_root).leftovers),
+            Listing((), pass_listing(data_root).leftovers),
+            *(Listing((), list_folder(d, bool, directories=False).leftovers) for d in notes),
+        ]
+    )
+
+
+def remove_builder_leftovers(data_root: Path, grace_s: float) -> list[Removed]:
+    """Delete ``builder_leftovers`` that no writer will finish (``remove_leftovers``)."""
+    folders = {p.parent for p in builder_leftovers(data_root).leftovers}
+    return [r for folder in sorted(folders) for r in remove_leftovers(folder, grace_s)]
 
 
 def _link(src: Path, dst: Path) -> None:

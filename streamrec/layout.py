@@ -93,8 +93,12 @@ class Layout:
     def export_dir(self, pass_id: str, command_id: str) -> Path:
         return self.exports / f"{pass_id}-{command_id}"
 
+    @property
+    def scores(self) -> Path:
+        return self.work_root / "scores"
+
     def scores_dir(self, pass_id: str, command_id: str) -> Path:
-        return self.work_root / "scores" / f"{pass_id}-{command_id}"
+        return self.scores / f"{pass_id}-{command_id}"
 
     @property
     def cluster_logs(self) -> Path:

@@ -27,6 +27,8 @@ rename fails instead of replacing the first.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -35,12 +37,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streamrec.errors import ContractError
 from streamrec.layout import DataLayout, day_of
+from streamrec.listing import Listing, list_folder
 
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 SLICE_MANIFEST_NAME = "_slice.json"
 _ID_FORMAT = "%Y%m%d%H%M"
+_PASS_KEYED = re.compile(r"(?P<pass_id>\d{12})-[A-Za-z0-9_]+")
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -59,6 +63,38 @@ def parse_pass_id(pass_id: str) -> datetime:
         return datetime.strptime(pass_id, _ID_FORMAT).replace(tzinfo=UTC)
     except ValueError:
         raise ContractError(f"pass id {pass_id!r} is not YYYYMMDDHHMM") from None
+
+
+def is_pass_id(name: str) -> bool:
+    """Whether ``name`` parses as a pass id."""
+    try:
+        parse_pass_id(name)
+    except ContractError:
+        return False
+    return True
+
+
+def is_pass_keyed(name: str) -> bool:
+    """Whether ``name`` is ``<pass_id>-<word>``: a checkpoint save, a raw export, a score
+    run (``streamrec.layout``)."""
+    keyed = _PASS_KEYED.fullmatch(name)
+    return keyed is not None and is_pass_id(keyed["pass_id"])
+
+
+def is_day(name: str) -> bool:
+    """Whether ``name`` is a day folder, ``YYYYMMDD``."""
+    return len(name) == 8 and name.isdigit()
+
+
+def by_day(root: Path, accepts: Callable[[str], bool]) -> Listing:
+    """The entries of every day folder under ``root`` (``<root>/<day>/<pass_id>...``) whose
+    name ``accepts`` and whose pass id falls on that day."""
+    days = list_folder(root, is_day)
+    within = [
+        list_folder(root / day, lambda n, day=day: accepts(n) and day_of(n) == day)
+        for day in days.names
+    ]
+    return Listing.joined([Listing((), days.leftovers), *within])
 
 
 def pass_id_at(start: datetime) -> str:
@@ -326,7 +362,7 @@ def pass_state(data_root: Path, pass_id: str) -> tuple[PassState, str]:
         return "complete", f"{directory} is complete"
     done = complete_passes(data_root)  # one scan per poke
     later = [p for p in done if p > pass_id]
-    sliced = slice_dir(data_root, pass_id, 0).parent
+    sliced = slice_dir(data_root, pass_id, 0).parent  # a slice of it published or being written
     if later and not sliced.exists():
         return "never", (
             f"no pass for window {pass_id} will come: pass {later[0]} after it is complete and "
@@ -336,11 +372,19 @@ def pass_state(data_root: Path, pass_id: str) -> tuple[PassState, str]:
     return "pending", f"waiting for {directory / SUCCESS_NAME} (newest complete pass {newest})"
 
 
+def is_partition_name(name: str) -> bool:
+    """Whether ``name`` is a partition's slice folder, ``p<N>``."""
+    return name[:1] == "p" and name[1:].isdigit()
+
+
+def pass_listing(data_root: Path) -> Listing:
+    """Every pass directory under ``data_root`` (complete or not), and the writers'
+    temporaries and strays beside them."""
+    return by_day(DataLayout(Path(data_root)).passes, is_pass_id)
+
+
 def complete_passes(data_root: Path) -> list[str]:
-    """Ids of every complete pass under ``data_root``, oldest first."""
-    root = DataLayout(Path(data_root)).passes
-    if not root.is_dir():
-        return []
-    return sorted(
-        d.name for day in root.iterdir() if day.is_dir() for d in day.iterdir() if is_complete(d)
-    )
+    """Ids of every complete pass under ``data_root``, oldest first (a writer's temporary
+    is never one, donefile or not)."""
+    layout = DataLayout(Path(data_root))
+    return [p for p in pass_listing(data_root).names if is_complete(layout.pass_dir(p))]

@@ -30,6 +30,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streamrec.atomic_fs import write_text_atomic
 from streamrec.contracts.training import CheckpointKind
+from streamrec.listing import Listing, list_folder
+from streamrec.passes import is_pass_keyed
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +98,19 @@ def write_info(directory: Path, info: CheckpointInfo) -> None:
     write_text_atomic(directory / CHECKPOINT_MANIFEST, stamped.model_dump_json(indent=2))
 
 
+def checkpoint_listing(root: Path) -> Listing:
+    """The save folders under ``root`` (``<pass_id>-<kind>``) and the writers' temporaries."""
+    return list_folder(root, is_pass_keyed)
+
+
 def list_checkpoints(root: Path) -> list[CheckpointInfo]:
     """Published saves under ``root``, oldest first (temporaries and strays are skipped)."""
     found = []
     root = Path(root)
-    if not root.is_dir():
-        return []
-    for d in root.iterdir():
+    for name in checkpoint_listing(root).names:
+        d = root / name
         manifest = d / CHECKPOINT_MANIFEST
-        if d.name.startswith(".") or not manifest.is_file():
+        if not manifest.is_file():
             continue
         try:
             info = CheckpointInfo.model_validate_json(manifest.read_text())

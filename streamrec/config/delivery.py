@@ -236,6 +236,15 @@ class RetentionConfig(_Strict):
         description="Per-pass status, done markers and command records of passes older than "
         "this are deleted, and the command stream is trimmed to the same age.",
     )
+    leftover_minutes: float = Field(
+        60,
+        gt=0,
+        description="A writer's temporary (a slice, pass, checkpoint save, export or "
+        "artifact being written) is deleted at once when its writer ran on this host and is "
+        "gone; any other once nothing in it changed for this long (by the writers when they "
+        "start, and by retention). Keep it above the longest write: a base save of the whole "
+        "table on shared storage.",
+    )
     dead_letter_days: float = Field(
         14,
         gt=0,

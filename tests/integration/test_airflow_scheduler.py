@@ -23,13 +23,14 @@ from typing import Any
 
 import pytest
 from browser import open_page
+from killed_writer import killed_writer
 
 from demo.live import LiveStack
 from ops.catchup import caught_up_by
 from ops.report import X_LABEL, plots
 from ops.status import PassRow, stale_after_seconds
 from serving_export.delivery import registry_for
-from streamrec.passes import complete_passes, pass_id_at
+from streamrec.passes import complete_passes, next_pass_id, pass_dir, pass_id_at
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
@@ -97,6 +98,19 @@ def _status(stack: LiveStack, limit: int = 20) -> tuple[int, list[PassRow], dict
     return out.returncode, [PassRow(**row) for row in data["passes"]], data["serving"]
 
 
+def _leftovers(stack: LiveStack) -> dict[str, bool]:
+    """The writers' temporaries `streamrec status` counts: path -> whether its writer is gone."""
+    out = subprocess.run(
+        [CLI, "status", "--json", "--config", str(stack.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode in (0, 5), out.stderr[-2000:]
+    found = json.loads(out.stdout)["leftovers"]["leftovers"]
+    return {x["path"]: x["writer_gone"] for x in found}
+
+
 @pytest.fixture(scope="module")
 def live(make_config) -> Iterator[LiveStack]:
     cfg = make_config(gate={"max_auc_drop": 0.05})  # later passes vary by ~0.01 on 18k rows
@@ -138,6 +152,10 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
     before = _wait(lambda: _trained_in_order(live), 60, "a trained pass")
     live.airflow.stop("scheduler")
     stopped_at = time.time()
+    # a pass writer killed after the donefile, before the rename: the DAG and status skip it
+    data = live.cfg.paths.data_root
+    nxt = next_pass_id(before[-1], live.cfg.passes.pass_minutes)
+    leftover = killed_writer(pass_dir(data, nxt), "_manifest.json", "_SUCCESS")
     try:
         missed = _wait(
             lambda: (
@@ -186,8 +204,9 @@ def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
         f"the gate decisions of {sorted(caught)}",
     )
     _wait(lambda: set(caught) <= _sensor_skipped(live), 300, f"the runs of {set(caught)} skipped")
-    # `streamrec status` names the run that caught each up
+    # `streamrec status` names the run that caught each up, and the leftover it skipped
     rows = {row.pass_id: row for row in _status(live, limit=1000)[1]}
+    assert _leftovers(live).get(str(leftover)) is True  # live writers' may be there too
     assert {p: rows[p].caught_up_by for p in caught} == {
         p: by.by_run_of for p, by in caught.items()
     }

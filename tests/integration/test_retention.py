@@ -6,25 +6,32 @@ way the cluster and the registry write them."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from killed_writer import killed_writer
 
 from serving_export.delivery import registry_for
+from streamrec.atomic_fs import temp_dir_for
 from streamrec.config import DEFAULT_SPARSE_TABLE, dump_config
 from streamrec.contracts.delivery import LayerSummary
 from streamrec.contracts.pass_status import PassField, record
+from streamrec.layout import Layout
 from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import CheckpointInfo, write_info
+from trainers.leftovers import run_listing
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
 FIRST = "202601010000"
+LATER = "202601020000"  # a window no pass of the test reaches
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +80,22 @@ def pipeline(make_config, build_passes, artifact_manifest, train_result) -> dict
         r.hset(keys.sparse_layer(cfg.model.model, p, DEFAULT_SPARSE_TABLE), "k", "v")
     registry.rollback(passes[0])  # the oldest serves again: it must be kept
     config = dump_config(cfg, root.parent / "p.yaml")
-    return {"cfg": cfg, "config": config, "passes": passes, "recent": recent}
+    layout = Layout.of(cfg.paths)
+    leftovers = {  # a crash's (its writer gone), a live writer's (this process), an old one
+        "crashed": killed_writer(layout.data.pass_dir(LATER), "_manifest.json", "_SUCCESS"),
+        "live": temp_dir_for(layout.export_dir(LATER, "cmd")),
+        "old": layout.exports / f".{LATER}-old.tmp-0a1b2c3d",
+    }
+    leftovers["old"].mkdir()
+    long_ago = time.time() - cfg.retention.leftover_minutes * 60 - 1
+    os.utime(leftovers["old"], (long_ago, long_ago))
+    return {
+        "cfg": cfg,
+        "config": config,
+        "passes": passes,
+        "recent": recent,
+        "leftovers": leftovers,
+    }
 
 
 def _retention(config: Path, *flags: str) -> dict[str, Any]:
@@ -104,6 +126,8 @@ def test_dry_run_lists_what_goes_and_deletes_nothing(pipeline: dict[str, Any]) -
     assert _planned(result, "raw-export") == {f"{p}-cmd" for p in passes[:2]}
     # kept: the newest, the version it builds on, and the serving one
     assert _planned(result, "artifact") == {passes[1]}
+    left = pipeline["leftovers"]
+    assert _planned(result, "leftover") == {left["crashed"].name, left["old"].name}
     redis_targets = {d["target"] for d in result["deletions"] if d["kind"] == "redis"}
     keys = RedisKeys(cfg.name)
     assert {keys.pass_status(p) for p in passes[:3]} <= redis_targets
@@ -125,9 +149,7 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert not (slices_root(data) / passes[0][:8] / passes[0]).exists()
     assert (slices_root(data) / passes[3][:8] / passes[3]).is_dir()
     assert [p.name for p in Path(cfg.paths.checkpoint_root).glob("2026*")] == [f"{passes[2]}-base"]
-    assert [p.name for p in (Path(cfg.paths.work_root) / "exports").iterdir()] == [
-        f"{passes[2]}-cmd"
-    ]
+    assert run_listing(Path(cfg.paths.work_root) / "exports").names == (f"{passes[2]}-cmd",)
     registry = registry_for(cfg)
     assert registry.versions() == [passes[0], passes[2], passes[3]]
     assert registry.serving_version() == passes[0]
@@ -137,4 +159,7 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert not any(r.exists(keys.done("train", p)) for p in passes[:3])
     assert r.exists(keys.pass_status(pipeline["recent"]))  # recent: kept
     assert [fields["id"] for _, fields in r.xrange(keys.commands)] == ["new"]
+    left = pipeline["leftovers"]
+    assert not left["crashed"].exists() and not left["old"].exists()
+    assert left["live"].is_dir()  # its writer runs: it may still publish it
     assert _retention(pipeline["config"])["deletions"] == []  # nothing left to delete

@@ -10,6 +10,8 @@ knows every row's labels as the builder must write them (``SyntheticBatch.expect
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import signal
 import subprocess
@@ -25,6 +27,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from streaming.producer import synthetic_passes
+from streaming.slices import builder_leftovers
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
 from streamrec.passes import complete_passes, next_pass_id, pass_dir, read_manifest, slices_root
@@ -178,17 +181,53 @@ def _slice_count(cfg: PipelineConfig) -> int:
     return len(list(slices_root(cfg.paths.data_root).glob("*/*/p*/_SUCCESS")))
 
 
+def _kill_between_donefile_and_rename(config: Path, cfg: PipelineConfig, passes: int) -> Path:
+    """Run the builder with every rename(2) delayed a second (strace), and SIGKILL it once a
+    pass's donefile is in its temporary directory: it dies where a kill left the leftover
+    CI once read as a pass. The leftover's path."""
+    strace = ["strace", "-f", "-qq", "-o", "/dev/null", "--seccomp-bpf", "-e", "trace=rename"]
+    argv = [*strace, "-e", "inject=rename:delay_enter=1s", CLI, "build-passes"]
+    proc = subprocess.Popen(
+        [*argv, "--config", str(config), "--until-pass", _last(passes)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # strace and the builder: one group, one kill
+    )
+    passes_root = pass_dir(cfg.paths.data_root, FIRST).parents[1]
+    deadline = time.monotonic() + 120
+    try:
+        while not (done := list(passes_root.glob("*/.*.tmp-*/_SUCCESS"))):
+            assert proc.poll() is None, "the builder ended before it assembled a pass"
+            assert time.monotonic() < deadline, "no pass was assembled in 120 s"
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    return done[0].parent
+
+
 def test_a_sigkilled_builder_loses_no_label_and_trains_no_row_twice(
     services, tmp_path: Path
 ) -> None:
     """SIGKILLs while impressions wait for their conversions: every row once, with exactly
-    the labels that came in time, none attached to another impression."""
+    the labels that came in time, none attached to another impression. The first kill lands
+    on purpose after a pass's donefile and before its rename: the leftover is no pass,
+    ``streamrec status`` counts it, the next builder removes it."""
     passes = 6
     cfg = _config(services, tmp_path, events_per_pass=4000)
     config = dump_config(cfg, tmp_path / "two.yaml")
     _produce(config, passes)
+    leftover = _kill_between_donefile_and_rename(config, cfg, passes)
+    assert leftover.name.startswith(f".{FIRST}.tmp-") and (leftover / "_SUCCESS").is_file()
+    assert FIRST not in complete_passes(cfg.paths.data_root)
+    status = subprocess.run(
+        [CLI, "status", "--config", str(config), "--json"], capture_output=True, timeout=120
+    )
+    assert status.returncode == 0, status.stderr.decode()[-3000:]
+    left = json.loads(status.stdout)["leftovers"]["leftovers"]  # its slices' too, if written
+    assert str(leftover) in [x["path"] for x in left] and all(x["writer_gone"] for x in left)
     rng = random.Random(11)
-    kills, deadline = 0, time.monotonic() + 420
+    kills, deadline = 1, time.monotonic() + 420
     last = pass_dir(cfg.paths.data_root, _last(passes))
     while not (last / "_SUCCESS").exists():
         assert time.monotonic() < deadline, "the builder did not finish"
@@ -197,7 +236,7 @@ def test_a_sigkilled_builder_loses_no_label_and_trains_no_row_twice(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        if kills < 4:
+        if kills < 5:
             target = _slice_count(cfg) + rng.randint(1, 3)
             while proc.poll() is None and _slice_count(cfg) < target:
                 time.sleep(0.002)
@@ -205,7 +244,9 @@ def test_a_sigkilled_builder_loses_no_label_and_trains_no_row_twice(
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
         proc.wait(timeout=300)
-    assert kills >= 3
+    assert kills >= 4
+    assert not leftover.exists()  # removed by the builder that started after the kill
+    assert builder_leftovers(cfg.paths.data_root).leftovers == ()
     expected, _ = _expected(cfg, passes)
     got = _rows(cfg)
     assert {e: got[e] for e in expected} == expected

@@ -22,6 +22,7 @@ from streamrec.logs import setup_logging
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
+from trainers.leftovers import remove_cluster_leftovers
 from trainers.warm_start import model_signature
 from trainers.worker import dense_average, exports, pass_steps, saves, sync_mode
 from trainers.worker.devices import executor_place
@@ -144,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     if ctx.leader:  # done markers past the restored model name work it no longer holds
         channel.forget_done_after(restored.pass_id if restored else "")
         channel.adopt_rank_cursors()
+        grace_s = cfg.retention.leftover_minutes * 60
+        for removed in remove_cluster_leftovers(cfg.paths, grace_s):
+            log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)
     fleet.util.barrier()
     channel.start_heartbeat()
     log.info("worker %d/%d ready", ctx.rank, ctx.workers)

@@ -211,7 +211,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
     )
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
     with ctx.stage("save", seconds, blocking=True):
-        info = save(ctx, pass_id, kind, command_id, manifest, result.to_wire())
+        info = save(ctx, pass_id, kind, manifest, result.to_wire())
     saved = {"checkpoint": checkpoint_summary(ctx, info), "seconds": seconds}
     return result.model_copy(update=saved)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from streamrec.atomic_fs import publish_dir
+from streamrec.atomic_fs import publish_dir, temp_path_for
 from streamrec.contracts.training import MaintainReply, SaveSummary
 from streamrec.layout import day_of
 from streamrec.passes import PassManifest, pass_dir, read_manifest
@@ -48,7 +48,6 @@ def save(
     ctx: WorkerContext,
     pass_id: str,
     kind: CheckpointKind,
-    command_id: str,
     manifest: PassManifest,
     train: dict[str, Any] | None,
 ) -> CheckpointInfo:
@@ -74,8 +73,8 @@ def save(
         train=train,
         model=ctx.signature,
     )
-    tmp = root / f".{info.name}.tmp-{command_id}"
     final = root / info.name
+    tmp = temp_path_for(final)  # Paddle writes it; only worker 0's name is used (on CPU)
     settled = ctx.leader_only(dense_tables.settle)
     if settled is not None:
         log.info("dense tables settled %.3f s after the pass", settled)
@@ -88,7 +87,7 @@ def save(
             update={"table_keys": len(ctx.table_keys), "saved_keys": len(keys)}
         )
         write_info(tmp, counted)
-        stale = root / f".{info.name}.stale-{command_id}"
+        stale = temp_path_for(final)
         if final.exists():  # left by a lineage the restored model does not descend from
             final.rename(stale)
         publish_dir(tmp, final)
@@ -120,7 +119,7 @@ def maintain(ctx: WorkerContext, pass_id: str, command_id: str) -> MaintainReply
         fleet.shrink()
     manifest = read_manifest(pass_dir(ctx.cfg.paths.data_root, pass_id))
     with ctx.stage("save", seconds, blocking=True):
-        info = save(ctx, pass_id, "daily", command_id, manifest, ctx.chain[-1].train)
+        info = save(ctx, pass_id, "daily", manifest, ctx.chain[-1].train)
     return MaintainReply(
         pass_id=pass_id,
         day=day_of(pass_id),
