@@ -215,8 +215,11 @@ def _retention(args: argparse.Namespace) -> int:
 
 def _schema(args: argparse.Namespace) -> int:
     from streaming.event_contract import pipeline_schemas
+    from trainers.network_loader import check_network_fits, importable_here
 
     cfg = load_config(args.config)  # no service is needed: embedded addresses are fine
+    importable_here()
+    check_network_fits(cfg.feature_schema, cfg.model)  # a schema its network cannot read
     schemas = pipeline_schemas(cfg)
     if args.event not in schemas:
         raise ConfigError(

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from streamrec.config import LabelSpec, PipelineConfig, SchemaConfig, label_column
+from streamrec.config import LABELS_OBJECT, LabelSpec, PipelineConfig, SchemaConfig
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 MAX_EVENT_ID_LENGTH = 128
@@ -89,38 +89,75 @@ def _message_rules(max_message_bytes: int, max_future_seconds: int) -> str:
     )
 
 
+def _label_value(name: str) -> dict[str, Any]:
+    return {
+        "description": f"1 if {name}, else 0 (null: not given here)",
+        "type": ["integer", "null"],
+        "enum": [*LABELS, None],
+    }
+
+
+_GIVEN = {"not": {"type": "null"}}
+
+
+def _given_once(label: LabelSpec) -> dict[str, Any]:
+    """Exactly one of the label's fields, or its entry in the label object, holds a value."""
+    return {
+        "oneOf": [
+            *({"required": [f], "properties": {f: _GIVEN}} for f in label.event_fields),
+            {
+                "required": [LABELS_OBJECT],
+                "properties": {
+                    LABELS_OBJECT: {
+                        "type": "object",
+                        "required": [label.name],
+                        "properties": {label.name: _GIVEN},
+                    }
+                },
+            },
+        ]
+    }
+
+
 def impression_schema(
     schema: SchemaConfig,
     *,
-    carried: Sequence[tuple[str, str]],
+    carried: Sequence[LabelSpec],
     require_event_time: bool,
     max_message_bytes: int,
     max_future_seconds: int,
 ) -> dict[str, Any]:
-    """JSON Schema of an impression event: ``carried`` lists the label fields it holds
-    itself (field, label name; the others are joined from their topics),
-    ``require_event_time`` unless a missing time falls back to the record's timestamp."""
+    """JSON Schema of an impression event: ``carried`` lists the labels it holds itself
+    (the others are joined from their topics), each in exactly one of its fields or in the
+    label object; ``require_event_time`` unless a missing time falls back to the record's
+    timestamp."""
     required = ["event_id"]
     required += ["event_time"] if require_event_time else []
-    required += [field for field, _ in carried]
     time_note = "" if require_event_time else " (absent: the Kafka record's timestamp)"
+    labels: dict[str, Any] = {}
+    if carried:
+        labels[LABELS_OBJECT] = {
+            "description": "Label name -> 0 or 1: a label given here is not given in its field",
+            "type": ["object", "null"],
+            "properties": {label.name: _label_value(label.name) for label in carried},
+        }
     return {
         "$schema": DIALECT,
         "title": f"impression (feature schema version {schema.version})",
-        "description": _message_rules(max_message_bytes, max_future_seconds),
+        "description": _message_rules(max_message_bytes, max_future_seconds)
+        + "".join(
+            f" The label {label.name} is read from exactly one of "
+            f"{', '.join(label.event_fields)}, {LABELS_OBJECT}.{label.name}."
+            for label in carried
+        ),
         "type": "object",
         "required": required,
+        **({"allOf": [_given_once(label) for label in carried]} if carried else {}),
         "properties": {
             "event_id": _event_id("Unique id of the impression (label events name it)"),
             "event_time": _epoch_ms("When the impression happened" + time_note),
-            **{
-                field: {
-                    "description": f"1 if {name}, else 0",
-                    "type": "integer",
-                    "enum": list(LABELS),
-                }
-                for field, name in carried
-            },
+            **{f: _label_value(label.name) for label in carried for f in label.event_fields},
+            **labels,
             "sparse": {
                 "description": "Slot name -> value(s); a value becomes a 64-bit feature sign",
                 "type": "object",
@@ -171,11 +208,7 @@ def pipeline_schemas(cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
         "max_message_bytes": kafka.max_message_bytes,
         "max_future_seconds": cfg.passes.max_future_seconds,
     }
-    carried = [
-        (label_column(i, label.name), label.name)
-        for i, label in enumerate(cfg.labels)
-        if label.source == "impression"
-    ]
+    carried = [label for label in cfg.labels if label.source == "impression"]
     schemas = {
         "impression": impression_schema(
             cfg.feature_schema, carried=carried, require_event_time=not record_time, **limits

@@ -7,12 +7,16 @@ An event is one JSON object per Kafka message::
      "dense": {"price": 0.3},                                # name -> finite number
      "label": 1}                                             # 0 or 1 (clicked)
 
-Further labels of the schema (``schema.labels``) are fields ``label_<name>`` of it. A label
-joined from its own topic (a click in ``click_join`` mode, a conversion) is an event
-``{"event_id": <the impression's id>, "<name>_time": ms}`` there, and the impression then
-needs no field for it. The limits are the contract's (``streaming.event_contract``, which
-also prints them as a JSON Schema); a missing time may fall back to the Kafka record's
-timestamp (``kafka.missing_event_time``).
+Each label of the schema (``schema.labels``) the impression carries is read by its name,
+never by its place in the list: from ``label_<name>`` (``label`` for a label named click,
+which also reads ``label_click``), or the label's own ``field``, or the label object
+``"labels": {"click": 1, "conversion": 0}``, exactly one of them (a null is no value). A
+file of clicks fed to a conversion pipeline is dead-lettered (``missing_label``, naming the
+field expected), never trained as conversions. A label joined from its own topic (a click
+in ``click_join`` mode, a conversion) is an event ``{"event_id": <the impression's id>,
+"<name>_time": ms}`` there, and the impression then needs no field for it. The limits are
+the contract's (``streaming.event_contract``, which also prints them as a JSON Schema); a
+missing time may fall back to the Kafka record's timestamp (``kafka.missing_event_time``).
 
 ``parse_event`` / ``parse_label_event`` turn message bytes into a row or a label event, or
 raise MalformedEvent with a reason code; they never let a bad event through.
@@ -42,6 +46,7 @@ from streaming.event_contract import (
     as_integer,
 )
 from streamrec.config import (
+    LABELS_OBJECT,
     SERVED_VERSION,
     LabelSpec,
     SchemaConfig,
@@ -135,6 +140,34 @@ def carried_labels(labels: Sequence[LabelSpec]) -> tuple[str, ...]:
     )
 
 
+def _given(label: LabelSpec) -> str:
+    return " or ".join([*label.event_fields, f"{LABELS_OBJECT}.{label.name}"])
+
+
+def read_label(event: dict[str, Any], label: LabelSpec) -> int:
+    """The value of ``label`` an impression carries: from exactly one of its fields or its
+    label object; MalformedEvent naming what was expected otherwise."""
+    found = [(f, event[f]) for f in label.event_fields if event.get(f) is not None]
+    labels = event.get(LABELS_OBJECT)
+    if labels is not None:
+        if not isinstance(labels, dict):
+            raise MalformedEvent("wrong_type", f"{LABELS_OBJECT} must be an object")
+        if labels.get(label.name) is not None:
+            found.append((f"{LABELS_OBJECT}.{label.name}", labels[label.name]))
+    if not found:
+        raise MalformedEvent(
+            "missing_label", f"{_given(label)}: this pipeline's label {label.name!r}"
+        )
+    if len(found) > 1:
+        raise MalformedEvent(
+            "ambiguous_label", f"{label.name} given twice: {' and '.join(f for f, _ in found)}"
+        )
+    where, value = found[0]
+    if as_integer(value) not in LABELS:
+        raise MalformedEvent("wrong_type", f"{where} must be 0 or 1")
+    return int(value)
+
+
 def normalize_event(
     event: Any,
     schema: SchemaConfig,
@@ -149,17 +182,13 @@ def normalize_event(
     if not isinstance(event, dict):
         raise MalformedEvent("not_an_object", "the event must be a JSON object")
     carried = carried_labels(schema.labels) if carried is None else carried
-    for key in ("event_id", *carried):
-        if key not in event:
-            raise MalformedEvent("missing_field", key)
+    if "event_id" not in event:
+        raise MalformedEvent("missing_field", "event_id")
     event_id = _event_id(event)
     event_time = _epoch_ms(event, "event_time", record_time_ms)
     row: dict[str, Any] = {"event_id": event_id, "event_time_ms": event_time}
-    for column in schema.label_columns:
-        label = as_integer(event[column]) if column in carried else 0
-        if label not in LABELS:
-            raise MalformedEvent("wrong_type", f"{column} must be 0 or 1")
-        row[column] = label
+    for column, label in zip(schema.label_columns, schema.labels, strict=True):
+        row[column] = read_label(event, label) if column in carried else 0
     row.update(feature_row(event.get("sparse", {}), event.get("dense", {}), schema))
     if served:
         row.update(_served(event.get("served"), served))
@@ -233,7 +262,7 @@ def scoring_row(event: Any, schema: SchemaConfig) -> dict[str, Any]:
     the schema lacks is MalformedEvent, since a client that sends it expects it to count."""
     if not isinstance(event, dict):
         raise MalformedEvent("not_an_object", "an event must be a JSON object")
-    if unknown := set(event) - SCORING_FIELDS - set(schema.label_columns):
+    if unknown := set(event) - SCORING_FIELDS - schema.label_fields:
         raise MalformedEvent("unknown_field", str(sorted(unknown)))
     sparse, dense = event.get("sparse", {}), event.get("dense", {})
     layout = _layout(schema)
@@ -301,18 +330,28 @@ def parse_label_event(
     return _event_id(event), _epoch_ms(event, time_key, record_time_ms)
 
 
+def _carried_specs(schema: SchemaConfig, carried: Sequence[str]) -> dict[str, LabelSpec]:
+    """Pass column -> the label an impression carries for it."""
+    columns = zip(schema.label_columns, schema.labels, strict=True)
+    return {column: label for column, label in columns if column in carried}
+
+
 def _json_schema(schema: SchemaConfig, carried: Sequence[str], served: Sequence[str]) -> pa.Schema:
     sparse = pa.struct(
         [pa.field(s.name, pa.list_(pa.string()) if s.multi else pa.string()) for s in schema.sparse]
     )
     dense = pa.struct([pa.field(d.name, pa.float64()) for d in schema.dense])
+    labels = list(_carried_specs(schema, carried).values())
     fields = [
         pa.field("event_id", pa.string()),
         pa.field("event_time", pa.int64()),
-        *(pa.field(column, pa.int64()) for column in carried),
+        *(pa.field(f, pa.int64()) for label in labels for f in label.event_fields),
         pa.field("sparse", sparse),
         pa.field("dense", dense),
     ]
+    if labels:
+        object_ = pa.struct([pa.field(label.name, pa.int64()) for label in labels])
+        fields.append(pa.field(LABELS_OBJECT, object_))
     if served:
         p = pa.struct([pa.field(task, pa.float64()) for task in served])
         fields.append(pa.field("served", pa.struct([("version", pa.string()), ("p", p)])))
@@ -362,15 +401,23 @@ def decode_impression_batch(
     too_late = pc.greater_equal(event_time, MAX_EPOCH_MS)
     bad = pc.or_(bad, pc.or_(pc.less_equal(event_time, 0), too_late))
     labels: dict[str, pa.Array] = {}
+    specs = _carried_specs(schema, carried)
     for column in schema.label_columns:
-        if column not in carried:
+        if column not in specs:
             labels[column] = pa.array(np.zeros(len(values), dtype=np.int8))
             continue
-        label = table[column].combine_chunks()
-        if label.null_count:
+        first, *others = specs[column].event_fields
+        label = table[first].combine_chunks()
+        if label.null_count:  # given elsewhere, or missing: parse_event reads it by name
+            return None
+        if any(table[f].null_count < len(values) for f in others):
             return None
         bad = pc.or_(bad, pc.invert(pc.is_in(label, pa.array([0, 1], pa.int64()))))
         labels[column] = label.cast(pa.int8())
+    if specs:
+        given = table[LABELS_OBJECT].combine_chunks()
+        if any(pc.struct_field(given, x.name).null_count < len(values) for x in specs.values()):
+            return None  # a label object names a label too: parse_event decides
     if pc.any(bad).as_py():
         return None
     sparse, dense = table["sparse"].combine_chunks(), table["dense"].combine_chunks()

@@ -169,6 +169,12 @@ class KafkaSource:
         """Where the read of a topic-partition stands (may ask the broker when unknown)."""
         return self.consumer.position(TopicPartition(topic, partition))
 
+    def end_offsets(self, partition: int) -> dict[str, int]:
+        """Topic -> the offset after ``partition``'s last readable record now (under
+        read_committed, its last stable offset)."""
+        tps = [TopicPartition(topic, partition) for topic in self.topics.values()]
+        return {tp.topic: offset for tp, offset in self.consumer.end_offsets(tps).items()}
+
     def caught_up(self, topic: str, partition: int) -> bool:
         """True when everything the broker had for the partition at the last fetch is read."""
         high = self.highwater(topic, partition)

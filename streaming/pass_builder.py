@@ -90,6 +90,9 @@ from streamrec.passes import (
 log = logging.getLogger(__name__)
 
 RESCAN_SECONDS = 2.0
+# drain: the watermark of a stream that has ended, past every window and label window of
+# any event time the contract accepts (below 2**62)
+END_OF_STREAM_MS = 2**63
 POLL_MS, IN_FLIGHT_POLL_MS = 500, 50
 
 
@@ -549,10 +552,11 @@ class PassBuilder:
             for partition in self._slices.partitions():
                 self._finish_write(partition)
 
-    def _cut_ready(self, partition: int) -> None:
-        """Cut every window of ``partition`` that is complete, oldest first, with no gaps."""
+    def _cut_ready(self, partition: int, watermark: int | None = None) -> bool:
+        """Cut every window of ``partition`` that is complete (at ``watermark``: its own
+        unless given), oldest first, with no gaps; whether it cut any."""
         state = self._owned[partition]
-        watermark = self.watermark_ms(partition)
+        watermark = self.watermark_ms(partition) if watermark is None else watermark
         state.join.expire_unmatched(watermark)
         closed = state.join.closed_through
         candidates = set(state.join.pending) | {
@@ -560,10 +564,10 @@ class PassBuilder:
         }
         windows = self._windows.to_cut(candidates, closed, watermark)
         if not windows or not self._finish_write(partition, wait=False):
-            return
+            return False
         for i, window in enumerate(windows):
             if i and not self._finish_write(partition):
-                return  # the partition was resynced from someone else's slice
+                return True  # the partition was resynced from someone else's slice
             if closed is not None and window != (expected := next_pass_id(closed, self._minutes)):
                 log.warning(
                     "partition %d: skipping the empty windows %s up to %s (passes.max_gap_passes)",
@@ -571,6 +575,32 @@ class PassBuilder:
                 )
             self._cut(partition, window)
             closed = window
+        return True
+
+    def _read_to(self, ends: dict[int, dict[str, int]]) -> bool:
+        """Whether every owned partition is read up to ``ends`` (partition -> topic ->
+        offset), noting the end of a partition seen for the first time."""
+        done = True
+        for partition in self._owned:
+            if partition not in ends:
+                ends[partition] = self._source.end_offsets(partition)
+            done &= all(
+                self._source.position(topic, partition) >= end
+                for topic, end in ends[partition].items()
+            )
+        return done and bool(self._owned)
+
+    def _cut_everything(self) -> None:
+        """The stream has ended: cut every window each owned partition holds, with the
+        labels seen so far (label events still unmatched count as such), and the empty
+        slices another partition's windows need, until no partition has anything left."""
+        while True:
+            self._finish_writes()
+            self._rescan(force=True)
+            cut = [self._cut_ready(p, END_OF_STREAM_MS) for p in sorted(self._owned)]
+            if not any(cut):
+                break
+        self._finish_writes()
 
     def _assemble(self) -> list[PassManifest]:
         done = []
@@ -591,13 +621,17 @@ class PassBuilder:
         until_pass: str | None = None,
         idle_timeout_s: float | None = None,
         stop: threading.Event | None = None,
+        drain: bool = False,
     ) -> list[PassManifest]:
         """Consume and cut until pass ``until_pass`` is complete, nothing arrives for
-        ``idle_timeout_s``, or ``stop`` is set. Returns the passes this builder completed."""
+        ``idle_timeout_s``, or ``stop`` is set. With ``drain`` (a replay or backfill of a
+        finished log), read every owned partition to its end as of when it was first owned,
+        then cut every window left and stop. Returns the passes this builder completed."""
         self.open()
         completed: list[PassManifest] = []
         last_data = time.monotonic()
         in_flight: list[_Batch] = []  # the previous poll's batches, decoding
+        ends: dict[int, dict[str, int]] = {}  # drain: partition -> topic -> its end
         while not (stop and stop.is_set()):
             # with batches decoding or slices writing, poll briefly: they are settled after it
             busy = in_flight or self._slices.busy
@@ -616,6 +650,10 @@ class PassBuilder:
                 self._cut_ready(partition)
             completed += self._assemble()
             if until_pass and is_complete(pass_dir(self._root, until_pass)):
+                break
+            if drain and not in_flight and self._read_to(ends):
+                log.info("read to the end of the stream: cutting every window left")
+                self._cut_everything()
                 break
         for batch in in_flight:  # the consumer's positions are past them: keep them
             self._apply(batch)
@@ -641,14 +679,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, type=Path, help="pipeline YAML")
     parser.add_argument("--until-pass", help="stop once this pass id is complete")
     parser.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
+    parser.add_argument(
+        "--drain",
+        action="store_true",
+        help="the stream has ended (a replay, a backfill): read every partition to its end "
+        "as of the start, cut every window left, assemble the passes and stop; run it "
+        "alone, or on every builder of the group",
+    )
     args = parser.parse_args(argv)
-    return run_command(lambda: _build(args.config, args.until_pass, args.idle_timeout))
+    return run_command(lambda: _build(args.config, args.until_pass, args.idle_timeout, args.drain))
 
 
-def _build(config: Path, until_pass: str | None, idle_timeout: float | None) -> int:
+def _build(config: Path, until_pass: str | None, idle_timeout: float | None, drain: bool) -> int:
     builder = PassBuilder(load_config(config))
     try:
-        builder.run(until_pass=until_pass, idle_timeout_s=idle_timeout)
+        builder.run(until_pass=until_pass, idle_timeout_s=idle_timeout, drain=drain)
     finally:
         builder.close()
     return 0

@@ -41,7 +41,6 @@ from streamrec.config import (
     KafkaConfig,
     PipelineConfig,
     SchemaConfig,
-    label_column,
     load_config,
 )
 from streamrec.entry import run_command
@@ -129,7 +128,7 @@ def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
     joined = cfg.topic_labels
     if not joined:
         return [(cfg.kafka.impressions_topic, e) for e in batch.events]
-    dropped = {label_column(i, x.name) for i, x in enumerate(cfg.labels) if x.source == "topic"}
+    dropped = {x.event_fields[0] for x in joined}
     timed = [
         (
             e["event_time"],

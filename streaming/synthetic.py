@@ -34,7 +34,7 @@ import numpy as np
 
 from streamrec.atomic_fs import write_text_atomic
 from streamrec.auc import exact_auc
-from streamrec.config import LabelSpec, SchemaConfig, SyntheticConfig, label_column
+from streamrec.config import LabelSpec, SchemaConfig, SyntheticConfig
 from streamrec.errors import ConfigError
 
 DEFAULT_CARDINALITY = 1000
@@ -265,8 +265,7 @@ class SyntheticStream:
             conv_times = np.where(converted, click_times + lags, -1)
         happened = {"click": labels, "conversion": (conv_times >= 0).astype(np.int8)}
         label_fields = [
-            (label_column(i, label.name), happened[label.name])
-            for i, label in enumerate(self._schema.labels)
+            (label.event_fields[0], happened[label.name]) for label in self._schema.labels
         ]
         events = [
             {

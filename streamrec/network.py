@@ -15,6 +15,12 @@ A model YAML names its network by import path, ``network: mypkg.nets:MyNet``; th
   MMoE-style) is a ``MultiTaskNetwork`` instead: ``logits(inputs)`` returns one such logit
   per task, by label name (``schema.labels``), the first label's among them.
 
+A network may declare what it reads of the feature schema: ``needs(params)`` (a static or
+class method) returns a ``NetworkNeeds``, checked against the schema by every command that
+uses the model (``streamrec cluster``, ``streamrec schema``, the demo) before any work, so
+that a slot it reads as a sequence that is not one fails with exit 2 naming the slot and
+the fix, not with a ``KeyError`` in the cluster's first build.
+
 The pipeline builds everything around it: the sparse lookups and their pooling before it;
 after it, per task, a scalar bias (``logit_bias``, the one the intercept refit moves), the
 sigmoid, the loss (the tasks' log losses summed), the progressive metrics. The same
@@ -61,6 +67,16 @@ class NetworkInputs:
     dense: Tensor | None  # [batch, len(schema.dense)] float32; None without dense features
     dims: Mapping[str, int]  # each slot's embedding width: column 0 is the key's scalar
     # weight (embed_w), the rest its latent vector (embedx)
+
+
+@dataclass(frozen=True)
+class NetworkNeeds:
+    """What a network reads of the feature schema, by name."""
+
+    sequences: tuple[str, ...] = ()  # slots read from ``inputs.sequences``: pooling sequence
+    pooled: tuple[str, ...] = ()  # slots read from ``inputs.pooled``: any other pooling
+    labels: tuple[str, ...] = ()  # labels it heads (a MultiTaskNetwork's tasks) or reads
+    dense: bool = False  # reads ``inputs.dense``: the schema has dense features
 
 
 @runtime_checkable

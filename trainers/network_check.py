@@ -19,7 +19,12 @@ from pathlib import Path
 from streamrec.config import load_config
 from streamrec.errors import ConfigError
 from streamrec.network import SHIPPED
-from trainers.network_loader import importable_here, network_factory, network_params
+from trainers.network_loader import (
+    check_network_fits,
+    importable_here,
+    network_factory,
+    network_params,
+)
 
 
 def check_network(config_path: Path, timeout_s: float = 300) -> None:
@@ -28,6 +33,7 @@ def check_network(config_path: Path, timeout_s: float = 300) -> None:
     goes on PYTHONPATH for the cluster's processes, which start elsewhere."""
     importable_here()
     cfg = load_config(config_path)
+    check_network_fits(cfg.feature_schema, cfg.model)
     if cfg.model.network_path in SHIPPED.values() and cfg.checkpoints.warm_start is None:
         # a shipped network's graph is built by the unit tests: only the YAML's values for
         # it can be wrong, and pydantic checks those without paddle (4-8 s saved a start)

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from streamrec.config import ModelConfig
+from streamrec.config import ModelConfig, SchemaConfig
 from streamrec.errors import ConfigError, broken_fields
-from streamrec.network import MultiTaskNetwork, Network, NetworkFactory, NoParams
+from streamrec.network import MultiTaskNetwork, Network, NetworkFactory, NetworkNeeds, NoParams
 
 
 def importable_here() -> None:
@@ -73,6 +73,64 @@ def network_params(model: ModelConfig, factory: NetworkFactory) -> BaseModel:
             + broken_fields(e).replace("; ", "; model.hyper_parameters.")
             + f" (declared by {model.network_path}.Params)"
         ) from None
+
+
+def network_needs(model: ModelConfig) -> NetworkNeeds:
+    """What the network declares it reads (``needs(params)``; nothing when it declares
+    nothing)."""
+    factory = network_factory(model)
+    declare = getattr(factory, "needs", None)
+    if declare is None:
+        return NetworkNeeds()
+    needs = declare(network_params(model, factory))
+    if not isinstance(needs, NetworkNeeds):
+        raise ConfigError(
+            f"model.network: {model.network_path}.needs(params) returned "
+            f"{type(needs).__name__}, not a streamrec.network.NetworkNeeds"
+        )
+    return needs
+
+
+def check_network_fits(schema: SchemaConfig, model: ModelConfig) -> None:
+    """The network's declared needs against the feature schema: ConfigError (exit 2)
+    naming the slot or label the network cannot have, and the fix."""
+    needs, net = network_needs(model), model.network_path
+    slots = {s.name: s for s in schema.sparse}
+    for name in needs.sequences:
+        slot = slots.get(name)
+        if slot is None:
+            raise ConfigError(
+                f"schema.sparse: {net} reads the slot {name!r} as a sequence, and the schema "
+                f"has no slot {name!r}: add it (multi: true, pooling: sequence, max_length: "
+                "N) or point the network's hyper-parameter at a sequence slot"
+            )
+        if slot.pooling != "sequence":
+            raise ConfigError(
+                f"schema.sparse.{name}.pooling: {net} reads the slot {name!r} as a sequence, "
+                f"and it has pooling {slot.pooling}: set pooling: sequence and max_length on "
+                "it, or point the network's hyper-parameter at a sequence slot"
+            )
+    for name in needs.pooled:
+        slot = slots.get(name)
+        if slot is None or slot.pooling == "sequence":
+            what = "has no such slot" if slot is None else "has it as a sequence"
+            raise ConfigError(
+                f"schema.sparse: {net} reads the slot {name!r} pooled, and the schema {what}: "
+                "point the network's hyper-parameter at a slot pooled by sum or mean"
+            )
+    labels = [x.name for x in schema.labels]
+    for name in needs.labels:
+        if name not in labels:
+            raise ConfigError(
+                f"schema.labels: {net} heads the label {name!r}, which the schema does not "
+                f"carry (it has {', '.join(labels)}): add it to schema.labels, or name one of "
+                "those in the network's hyper-parameters"
+            )
+    if needs.dense and not schema.dense:
+        raise ConfigError(
+            f"schema.dense: {net} reads the dense features, and the schema has none: add "
+            "them to schema.dense"
+        )
 
 
 def load_network(model: ModelConfig) -> Network | MultiTaskNetwork:

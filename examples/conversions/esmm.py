@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamrec.network import NetworkInputs
+from streamrec.network import NetworkInputs, NetworkNeeds
 from trainers.networks import mlp, slot_vectors, with_dense
 
 # p(click and conversion) stays below 1 - 1e-6, so its logit stays finite
@@ -34,6 +34,11 @@ class Esmm:
         click: str = Field("click", description="The click label's name.")
         conversion: str = Field("conversion", description="The conversion label's name.")
         fc_sizes: list[int] = Field([64, 32], min_length=1, description="Each tower's layers.")
+
+    @staticmethod
+    def needs(params: Params) -> NetworkNeeds:
+        """It heads the click and the conversion labels."""
+        return NetworkNeeds(labels=(params.click, params.conversion))
 
     def __init__(self, params: Params) -> None:
         self.params = params

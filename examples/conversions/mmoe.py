@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamrec.network import NetworkInputs
+from streamrec.network import NetworkInputs, NetworkNeeds
 from trainers.networks import mlp, slot_vectors, with_dense
 
 
@@ -29,6 +29,11 @@ class Mmoe:
         experts: int = Field(4, ge=1, description="Expert layers shared by the tasks.")
         expert_size: int = Field(32, ge=1, description="Each expert's width.")
         tower_sizes: list[int] = Field([16], min_length=1, description="Each task's tower.")
+
+    @staticmethod
+    def needs(params: Params) -> NetworkNeeds:
+        """It heads the labels of ``tasks``."""
+        return NetworkNeeds(labels=tuple(params.tasks))
 
     def __init__(self, params: Params) -> None:
         self.params = params

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamrec.network import NetworkInputs
+from streamrec.network import NetworkInputs, NetworkNeeds
 
 
 class Din:
@@ -24,6 +24,11 @@ class Din:
         target: str = Field("item_id", description="The slot whose embedding attends.")
         attention_sizes: list[int] = Field([36], description="The attention unit's layers.")
         fc_sizes: list[int] = Field([64, 32], min_length=1, description="The MLP's layers.")
+
+    @staticmethod
+    def needs(params: Params) -> NetworkNeeds:
+        """The history must be a sequence slot, the target a pooled one."""
+        return NetworkNeeds(sequences=(params.history,), pooled=(params.target,))
 
     def __init__(self, params: Params) -> None:
         self.params = params

@@ -28,6 +28,7 @@ from streamrec.config.pipeline import (
 )
 from streamrec.config.services import JoinConfig, KafkaConfig, RedisConfig
 from streamrec.config.stream import (
+    LABELS_OBJECT,
     ConversionConfig,
     DenseFeature,
     LabelSpec,
@@ -42,6 +43,7 @@ from streamrec.config.tables import SparseTableSpec, admission_on, sparse_tables
 __all__ = [
     "DEFAULT_SPARSE_TABLE",
     "EMBEDDED",
+    "LABELS_OBJECT",
     "RESERVED_COLUMNS",
     "SERVED_VERSION",
     "CheckpointConfig",

@@ -210,7 +210,9 @@ def _explain(path: Path, err: ValidationError) -> str:
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"])
         help_ = _field_help(PipelineConfig, e["loc"])
-        if e["type"] == "missing":
+        if not e["loc"]:  # a rule across sections: its message names the keys
+            lines.append(f"  {e['msg'].removeprefix('Value error, ')}")
+        elif e["type"] == "missing":
             lines.append(f"  missing key '{key}': add it. {help_}".rstrip())
         elif e["type"] == "extra_forbidden":
             lines.append(f"  unknown key '{key}': remove it or fix its spelling.")

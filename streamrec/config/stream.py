@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from streamrec.config.base import RESERVED_COLUMNS, _Strict
 
@@ -166,13 +166,25 @@ class DenseFeature(_Strict):
 
 
 LABEL_NAME = r"^[a-z][a-z0-9_]*$"
+# an impression's label object, {"click": 1, "conversion": 0}: any label it carries may be
+# given there instead of in its own field
+LABELS_OBJECT = "labels"
+# the impression's fields that are not labels: no label may be read from one
+EVENT_FIELDS = frozenset({"event_id", "event_time", "sparse", "dense", "served", LABELS_OBJECT})
 
 
 def label_column(position: int, name: str) -> str:
-    """The pass column (and impression field) of the label at ``position`` of the schema's
-    list: ``label`` for the first, so a one-label pipeline reads as it always has, and
-    ``label_<name>`` for the others."""
+    """The pass column of the label at ``position`` of the schema's list: ``label`` for the
+    first (what trainers read as the main task's target), ``label_<name>`` for the others.
+    What an impression names its labels is ``LabelSpec.event_fields``."""
     return "label" if position == 0 else f"label_{name}"
+
+
+def default_label_field(name: str) -> str:
+    """The impression field a label is read from unless ``field`` says otherwise:
+    ``label_<name>``, and ``label`` for a label named click (as click pipelines always
+    read it)."""
+    return "label" if name == "click" else f"label_{name}"
 
 
 class LabelSpec(_Strict):
@@ -181,10 +193,18 @@ class LabelSpec(_Strict):
     name: str = Field(pattern=LABEL_NAME, description="The label's name (click, conversion).")
     source: Literal["impression", "topic"] = Field(
         "impression",
-        description="impression: the impression carries it (field 'label' for the first "
-        "label, 'label_<name>' for the others); topic: events {event_id, <name>_time} on "
-        "'topic' label the impression with that event_id, if they come within "
-        "window_seconds of it.",
+        description="impression: the impression carries it, in its field (see field) or "
+        "in its label object ('labels': {<name>: 0 or 1}), exactly one of them; topic: "
+        "events {event_id, <name>_time} on 'topic' label the impression with that "
+        "event_id, if they come within window_seconds of it.",
+    )
+    field: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="source: impression: the impression's field holding it. Default: "
+        "'label_<name>'; for a label named click 'label' (also 'label_click'). Never a "
+        "field that names another label ('label' is click's, 'label_<x>' is x's) nor one "
+        "of event_id, event_time, sparse, dense, served, labels.",
     )
     topic: str | None = Field(None, description="source: topic: the label events' topic.")
     window_seconds: int | None = Field(
@@ -217,6 +237,33 @@ class LabelSpec(_Strict):
         """The label event's field holding when it happened."""
         return f"{self.name}_time"
 
+    @property
+    def event_fields(self) -> tuple[str, ...]:
+        """The impression's fields this label may be given in, the one our producers write
+        first (``labels.<name>`` is read too)."""
+        if self.field is not None:
+            return (self.field,)
+        if self.name == "click":
+            return ("label", "label_click")
+        return (default_label_field(self.name),)
+
+    @field_validator("field")
+    @classmethod
+    def _field_names_no_other_label(cls, field: str | None, info: ValidationInfo) -> str | None:
+        name = info.data.get("name")
+        if field is None or name is None:
+            return field
+        if field in EVENT_FIELDS:
+            raise ValueError(f"{field!r} is the impression's own field, not a label's")
+        other = "click" if field == "label" else field.removeprefix("label_")
+        if (field == "label" or field.startswith("label_")) and other != name:
+            raise ValueError(
+                f"label {name!r} may not be read from {field!r}, which names the label "
+                f"{other!r}: leave field out (it reads {default_label_field(name)!r}) or "
+                "name a field of your own"
+            )
+        return field
+
     @model_validator(mode="after")
     def _source_fits(self) -> LabelSpec:
         joined = self.source == "topic"
@@ -224,6 +271,11 @@ class LabelSpec(_Strict):
             raise ValueError(
                 f"label {self.name!r}: topic and window_seconds are for source: topic, and "
                 "required there"
+            )
+        if self.field is not None and joined:
+            raise ValueError(
+                f"label {self.name!r}: field is for source: impression; a label event on "
+                f"its topic is {{event_id, {self.time_key}}}"
             )
         if self.requires is not None and not joined:
             raise ValueError(
@@ -249,11 +301,20 @@ class SchemaConfig(_Strict):
         """Each label's pass column, in the list's order."""
         return [label_column(i, label.name) for i, label in enumerate(self.labels)]
 
+    @property
+    def label_fields(self) -> frozenset[str]:
+        """Every impression field a label of the schema may be given in, the label object
+        included."""
+        return frozenset({LABELS_OBJECT}.union(*(x.event_fields for x in self.labels)))
+
     @model_validator(mode="after")
     def _labels_are_sound(self) -> SchemaConfig:
         names = [label.name for label in self.labels]
         if len(set(names)) != len(names) or "impressions" in names:
             raise ValueError(f"label names must be unique and not 'impressions': {names}")
+        fields = [f for label in self.labels for f in label.event_fields]
+        if repeated := sorted({f for f in fields if fields.count(f) > 1}):
+            raise ValueError(f"two labels are read from the same impression field: {repeated}")
         topics = [label.topic for label in self.labels if label.topic is not None]
         if len(set(topics)) != len(topics):
             raise ValueError(f"each joined label needs a topic of its own: {topics}")

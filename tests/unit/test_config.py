@@ -289,6 +289,25 @@ def test_labels_are_a_list_with_their_own_topics_and_windows(shipped_config, tmp
             "must name another label",
         ),
         ([{"name": "click"}, {"name": "conversion", "requires": "click"}], "drop requires"),
+        # a label is never read from a field that names another label
+        (
+            [{"name": "conversion", "field": "label"}],
+            r"schema\.labels\.0\.field.*names the label 'click': leave field out "
+            r"\(it reads 'label_conversion'\)",
+        ),
+        ([{"name": "click"}, {"name": "view", "field": "label_click"}], "names the label 'click'"),
+        ([{"name": "click", "field": "event_time"}], "impression's own field"),
+        (
+            [{"name": "click", "field": "y"}, {"name": "conversion", "field": "y"}],
+            r"same impression field: \['y'\]",
+        ),
+        (
+            [
+                {"name": "click"},
+                {"name": "c", "source": "topic", "topic": "t", "window_seconds": 1, "field": "c"},
+            ],
+            "field is for source: impression",
+        ),
     ],
 )
 def test_unsound_labels_fail_naming_the_fix(shipped_config, labels, match) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from streaming.errors import MalformedEvent
 from streaming.events import decode_impression_batch, parse_event, pass_table_schema
 from streaming.synthetic import SyntheticStream
-from streamrec.config import PipelineConfig
+from streamrec.config import PipelineConfig, SchemaConfig
 
 MAX = 10_000
 
@@ -53,6 +53,16 @@ EVENTS = st.fixed_dictionaries(
     },
     optional={
         "label": st.one_of(st.integers(-1, 2), st.booleans(), st.none()),
+        "label_click": st.one_of(st.integers(-1, 2), st.none()),
+        "label_conversion": st.one_of(st.integers(-1, 2), st.none()),
+        "labels": st.one_of(
+            st.none(),
+            st.integers(0, 1),
+            st.dictionaries(
+                st.sampled_from(["click", "conversion", "view"]),
+                st.one_of(st.integers(-1, 2), st.none(), st.booleans()),
+            ),
+        ),
         "sparse": st.one_of(
             st.none(), st.dictionaries(st.sampled_from(["user_id", "tags", "hour"]), FIELD_VALUES)
         ),
@@ -64,11 +74,18 @@ EVENTS = st.fixed_dictionaries(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(EVENTS, min_size=1, max_size=6), st.booleans())
+@given(
+    st.lists(EVENTS, min_size=1, max_size=6),
+    st.booleans(),
+    st.sampled_from(["click", "conversion"]),
+)
 def test_hostile_batches_match_or_decline(
-    shipped_config: PipelineConfig, events, label_carried
+    shipped_config: PipelineConfig, events, label_carried, label
 ) -> None:
-    schema = shipped_config.feature_schema
+    """Any batch, with labels given in any field or in the label object (or twice, or
+    null), for a pipeline whose one label is a click or a conversion."""
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    schema = SchemaConfig.model_validate({**fs, "labels": [{"name": label}]})
     carried = ("label",) if label_carried else ()
     values = [json.dumps(e).encode() for e in events]
     fast = decode_impression_batch(

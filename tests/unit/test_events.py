@@ -7,8 +7,8 @@ import json
 import pytest
 
 from streaming.errors import MalformedEvent
-from streaming.events import parse_event
-from streamrec.config import PipelineConfig
+from streaming.events import parse_event, scoring_row
+from streamrec.config import PipelineConfig, SchemaConfig
 
 GOOD = {
     "event_id": "e1",
@@ -78,3 +78,60 @@ def test_every_label_field_is_read_and_a_logged_impression_scores(
     assert scoring_row(event, schema)["price"] == 0.5  # its labels are no unknown fields
     with pytest.raises(MalformedEvent, match="label_view"):
         scoring_row({**event, "label_view": 1}, schema)
+
+
+def _schema(shipped: PipelineConfig, *labels: dict) -> SchemaConfig:
+    fs = shipped.feature_schema.model_dump(mode="json")
+    return SchemaConfig.model_validate({**fs, "labels": list(labels)})
+
+
+def _label_of(event: dict, schema: SchemaConfig) -> tuple[int, ...]:
+    row = parse_event(json.dumps(event).encode(), schema, 10_000)
+    return tuple(row[c] for c in schema.label_columns)
+
+
+def _reason(event: dict, schema: SchemaConfig) -> MalformedEvent:
+    with pytest.raises(MalformedEvent) as e:
+        parse_event(json.dumps(event).encode(), schema, 10_000)
+    return e.value
+
+
+def test_a_label_is_read_by_its_name_never_by_its_place(shipped_config: PipelineConfig) -> None:
+    """A conversion-only pipeline never reads a click's ``label``: the file of clicks is
+    dead-lettered naming the field it expected."""
+    conversion = _schema(shipped_config, {"name": "conversion"})
+    clicks = {**GOOD, "label": 1}
+    missing = _reason(clicks, conversion)
+    assert missing.reason == "missing_label"
+    assert "label_conversion or labels.conversion" in str(missing)
+    assert _label_of({**GOOD, "label": 1, "label_conversion": 0}, conversion) == (0,)
+    assert _label_of({**clicks, "labels": {"conversion": 1}}, conversion) == (1,)
+    click = _schema(shipped_config, {"name": "click"})
+    assert _label_of(GOOD, click) == (1,)  # today's click pipelines read as before
+    bare = {k: v for k, v in GOOD.items() if k != "label"}
+    assert _label_of({**bare, "label_click": 0}, click) == (0,)
+    assert _reason({**bare, "label_conversion": 1}, click).reason == "missing_label"
+
+
+def test_the_label_object_names_each_label(shipped_config: PipelineConfig) -> None:
+    both = _schema(shipped_config, {"name": "click"}, {"name": "conversion"})
+    bare = {k: v for k, v in GOOD.items() if k != "label"}
+    assert _label_of({**bare, "labels": {"click": 1, "conversion": 0}}, both) == (1, 0)
+    assert _label_of({**bare, "label": 0, "labels": {"conversion": 1}}, both) == (0, 1)
+    # a null is no value: given once
+    assert _label_of({**bare, "label": None, "labels": {"click": 1, "conversion": 1}}, both) == (
+        1,
+        1,
+    )
+    twice = _reason({**GOOD, "labels": {"click": 1, "conversion": 0}}, both)
+    assert twice.reason == "ambiguous_label" and "label and labels.click" in str(twice)
+    assert _reason({**GOOD, "labels": [1, 0]}, both).reason == "wrong_type"
+    assert _reason({**bare, "labels": {"click": 2, "conversion": 0}}, both).reason == "wrong_type"
+
+
+def test_a_label_may_name_a_field_of_its_own(shipped_config: PipelineConfig) -> None:
+    own = _schema(shipped_config, {"name": "conversion", "field": "is_converted"})
+    bare = {k: v for k, v in GOOD.items() if k != "label"}
+    assert _label_of({**bare, "is_converted": 1}, own) == (1,)
+    assert _reason({**bare, "label_conversion": 1}, own).reason == "missing_label"
+    assert scoring_row({**bare, "is_converted": 1}, own)["price"] == 0.5
