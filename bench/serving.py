@@ -169,6 +169,12 @@ def _percentiles(seconds: list[float]) -> tuple[float, float]:
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99))
 
 
+# serving.shutdown_grace_seconds (10 by default) and the watchdog's 5 s, with room to spare
+STOP_TIMEOUT_S = 30.0
+# every service's stop: (which, seconds from SIGTERM to its exit, exit code or None: killed)
+STOPS: list[tuple[str, float, int | None]] = []
+
+
 class Served:
     """`streamrec serve` as a process on a free port, ready with a version."""
 
@@ -176,6 +182,7 @@ class Served:
         self, config: Path, store: str, runtime: str, log: Path, cpus: set[int] | None = None
     ) -> None:
         self.port = free_port()
+        self.name = f"{store}/{runtime} on {log.name}"
         self._log = open(log, "w")  # noqa: SIM115  closed in stop()
         argv = [STREAMREC, "serve", "--config", str(config), "--port", str(self.port)]
         self.proc = subprocess.Popen(
@@ -205,9 +212,24 @@ class Served:
             conn.close()
 
     def stop(self) -> None:
+        """SIGTERM, as a service manager stops it; a service still running after
+        ``STOP_TIMEOUT_S`` is killed and counted (``STOPS``), not left to crash the run."""
+        signalled = time.monotonic()
         self.proc.terminate()
-        self.proc.wait(timeout=30)
-        self._log.close()
+        try:
+            code = self.proc.wait(timeout=STOP_TIMEOUT_S)
+            STOPS.append((self.name, time.monotonic() - signalled, code))
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            STOPS.append((self.name, time.monotonic() - signalled, None))
+            print(
+                f"streamrec serve ({self.name}) did not stop within {STOP_TIMEOUT_S:g} s of "
+                f"SIGTERM: killed (its log: {self._log.name})",
+                file=sys.stderr,
+            )
+        finally:
+            self._log.close()
 
 
 def measure_service(
@@ -516,6 +538,13 @@ def main() -> int:
     print(
         f"served log: {log.get('logged', 0):.0f} events logged, {log.get('unlogged', 0):.0f} "
         f"could not be, {log.get('backlog', 0):.0f} still queued"
+    )
+    killed = [name for name, _, code in STOPS if code is None]
+    print(
+        f"stops: {len(STOPS)} services stopped by SIGTERM, slowest in "
+        f"{max((t for _, t, _ in STOPS), default=0):.1f} s, exit codes "
+        f"{sorted({code for _, _, code in STOPS if code is not None})}; "
+        + (f"KILLED after {STOP_TIMEOUT_S:g} s: {', '.join(killed)}" if killed else "none killed")
     )
     print(f"RESULT p99_ms_batch1 {results['inprocess/paddle']['batch1'][1]:.3f}")
     print(f"RESULT p99_ms_batch1_redis {results['redis/paddle']['batch1'][1]:.3f}")

@@ -33,6 +33,7 @@ from streaming.sequences import cut_list
 from streamrec.config import load_config
 from streamrec.entry import run_command
 from streamrec.errors import ContractError, StreamrecError
+from streamrec.signals import handlers_kept
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ class PaddleDense:
     ``threads`` math threads."""
 
     def __init__(self, directory: Path, threads: int) -> None:
-        import paddle.inference as pi
+        with handlers_kept():  # the service's SIGTERM handler, not glog's (streamrec.signals)
+            import paddle.inference as pi
 
         config = pi.Config(
             str(directory / f"{MODEL_PREFIX}.pdmodel"), str(directory / f"{MODEL_PREFIX}.pdiparams")

@@ -73,6 +73,7 @@ from serving_export.manifest import ArtifactManifest
 from serving_export.predictor import Predictor
 from serving_export.registry import ModelRegistry
 from serving_export.served_log import ServedLog, now_ms, served_records
+from serving_export.shutdown import StopClock
 from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import scoring_row
@@ -248,9 +249,11 @@ class VersionFollower:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 10) -> None:
+        """Stop following; wait for the thread at most ``timeout_s`` (a daemon: a load
+        still running ends with the process)."""
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=timeout_s)
 
     def poll_once(self) -> None:
         """Load the pointer's version if it is not the one serving (and, with a holdout
@@ -480,11 +483,12 @@ def create_app(
     store: InProcessStore | RedisStore,
     replica: str | None = None,
     served_log: ServedLog | None = None,
+    clock: StopClock | None = None,
 ) -> AdmissionLimit:
     """The service's ASGI app (the FastAPI app behind its admission bound); its lifespan
     starts and stops the version follower, the scoring task and the ``served_log``'s
-    writer. ``replica`` names this service in the registry's notes (default: the host
-    name)."""
+    writer, and keeps the stop within the grace of ``clock`` (``serving_export.shutdown``).
+    ``replica`` names this service in the registry's notes (default: the host name)."""
     from contextlib import asynccontextmanager
 
     token = cfg.bearer_token()
@@ -530,17 +534,31 @@ def create_app(
         parse, cfg.max_in_flight, scoring_error, offload, scored if served_log else None
     )
 
+    clock = clock or StopClock(cfg.shutdown_grace_seconds)
+    shutting_down = RequestRejected(
+        503, "shutting_down", "this replica is stopping: retry on another one"
+    )
+
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         follower.start()
         if served_log is not None:
             served_log.start()
         scoring = asyncio.create_task(batcher.run(), name="scoring")
+        watching = asyncio.create_task(clock.watch(batcher, shutting_down), name="stop")
         yield
-        scoring.cancel()
-        follower.stop()
+        for task in (watching, scoring):
+            task.cancel()
+        follower.stop(timeout_s=min(1.0, clock.left()))
+        logged = ""
         if served_log is not None:
-            served_log.stop()
+            served_log.stop(timeout_s=max(clock.left(), 0.5))
+            counts = served_log.counts()
+            logged = f"; served log: {counts.logged} logged, {counts.unlogged} could not be"
+        log.info(
+            "stopped %.1f s after the signal: %d requests refused as it stopped%s",
+            *(clock.elapsed(), clock.refused, logged),
+        )
 
     def refused() -> None:
         metrics.overloaded.inc()
@@ -669,7 +687,10 @@ def _serve(args: argparse.Namespace) -> int:
                 f"{args.config}: serving.log_topic needs a Kafka: set kafka.bootstrap_servers"
             )
         served_log = ServedLog.to_kafka(cfg.kafka, topic, cfg.serving.log_buffer_events)
-    app = create_app(cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica, served_log)
+    clock = StopClock(cfg.serving.shutdown_grace_seconds, watchdog=True)
+    app = create_app(
+        cfg.serving, registry_for(cfg), sparse_store_for(cfg), replica, served_log, clock
+    )
     log.info(
         "streamrec serve on %s:%d: model %s, %s sparse store",
         host,
@@ -678,7 +699,18 @@ def _serve(args: argparse.Namespace) -> int:
         cfg.serving.sparse_store,
     )
     # no proxy-header rewriting: nothing here reads the client's address
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, proxy_headers=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=cfg.serving.shutdown_grace_seconds,  # type: ignore[arg-type]
+    )
+    server = uvicorn.Server(config)
+    clock.stopping = lambda: server.should_exit
+    server.run()  # a signal's stop ends in KeyboardInterrupt: exit 130 (streamrec.entry)
     return 0
 
 

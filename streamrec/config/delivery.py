@@ -103,6 +103,15 @@ class ServingConfig(_Strict):
     retry_after_seconds: int = Field(
         1, ge=1, description="The Retry-After of an 'overloaded' answer, in seconds."
     )
+    shutdown_grace_seconds: float = Field(
+        10,
+        gt=0,
+        description="How long 'streamrec serve' takes at most to stop after SIGTERM: it "
+        "stops accepting at once, answers what is in flight for four fifths of it, refuses "
+        "what still waits with 503 'shutting_down', and gives the served log the rest to "
+        "write what it holds (what it cannot is counted). Keep Kubernetes' "
+        "terminationGracePeriodSeconds above it.",
+    )
     log_topic: str | None = Field(
         None,
         description="Kafka topic (on kafka.bootstrap_servers) where every event /predict "

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from streamrec.entry import STOPPED
 from streamrec.local_ports import free_port
 
 STREAMREC = str(Path(sys.executable).parent / "streamrec")
@@ -23,6 +24,7 @@ class Service:
     def __init__(self, config: Path, store: str, log: Path, runtime: str = "paddle") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
         self._log = open(log, "w")  # noqa: SIM115  closed in stop()
         self.proc = subprocess.Popen(
             [
@@ -67,8 +69,8 @@ class Service:
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
-        try:  # uvicorn shuts down gracefully, then re-raises the signal it caught
-            assert self.proc.wait(timeout=30) in (0, -signal.SIGTERM)
+        try:  # uvicorn shuts down gracefully, then re-raises the signal: Ctrl-C's exit code
+            assert self.proc.wait(timeout=30) == STOPPED, self.log.read_text()[-3000:]
         finally:
             self.proc.kill()
             self._log.close()

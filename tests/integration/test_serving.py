@@ -24,12 +24,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -670,6 +672,72 @@ def test_served_events_are_logged_and_kafka_away_costs_no_answer(
     finally:
         service.stop()
         broker.stop()
+
+
+def test_sigterm_during_an_overload_stops_within_the_grace(stack: Stack, tmp_path: Path) -> None:
+    """``streamrec serve`` unbounded (``max_in_flight`` 1,000,000, bench/serving.py's
+    baseline) and overloaded by h2load with 1,000-event requests, then SIGTERM: it exits
+    130 within ``serving.shutdown_grace_seconds``; every request h2load got an answer to was
+    answered 200, or 503 ``shutting_down``; every event answered is logged or counted. Before
+    issue 57 Paddle Inference's glog handler took SIGTERM: the process died at once with a
+    C++ "FatalError", or, under load, hung in the handler for good."""
+    if not stack.trained:
+        stack.train_and_deliver(PASSES[0])
+    # 64 requests of 1,000 events in flight take ~2.5 s to score here: a grace of 0.5 s
+    # answers some and refuses the rest
+    grace, topic = 0.5, f"served-stop-{uuid.uuid4().hex[:8]}"
+    data = stack.cfg.model_dump(mode="json", by_alias=True)
+    data["serving"] |= {
+        "max_in_flight": 1_000_000,
+        "shutdown_grace_seconds": grace,
+        "log_topic": topic,
+    }
+    config = dump_config(PipelineConfig.model_validate(data), tmp_path / "stop.yaml")
+    body = tmp_path / "body.json"
+    body.write_text(json.dumps({"events": stack.pass_events(PASSES[1])[:1000]}))
+    requests = tmp_path / "requests.tsv"
+    service = Service(config, "inprocess", tmp_path / "serve.log")
+    load = None
+    try:
+        service.wait_for(delivery.registry_for(stack.cfg).serving_version())
+        load = subprocess.Popen(
+            [
+                *(shutil.which("h2load") or "h2load", "--h1", "-c", "64", "-t", "1", "-m", "1"),
+                *("-n", "1000000", "--log-file", str(requests), "-d", str(body)),
+                *("-H", "content-type: application/json", f"{service.url}/predict"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        time.sleep(5)  # 64 requests of 1,000 events in flight at every moment
+        assert load.poll() is None, load.communicate()[0]
+        signalled = time.monotonic()
+        service.proc.send_signal(signal.SIGTERM)
+        code = service.proc.wait(timeout=grace + 30)
+        took = time.monotonic() - signalled
+        output = load.communicate(timeout=60)[0]
+    finally:
+        if load is not None and load.poll() is None:
+            load.kill()
+        service.stop()
+    text = service.log.read_text()
+    assert code == 130, text[-3000:]
+    assert took < grace + 2, (took, text[-3000:])
+    assert "FatalError" not in text and "Termination signal" not in text
+    statuses = Counter(line.split("\t")[1] for line in requests.read_text().splitlines() if line)
+    assert set(statuses) <= {"200", "503"} and statuses["200"] > 0, (statuses, output[-2000:])
+    stopped = re.search(
+        r"stopped ([\d.]+) s after the signal: (\d+) requests refused as it stopped; "
+        r"served log: (\d+) logged, (\d+) could not be",
+        text,
+    )
+    assert stopped is not None, text[-3000:]
+    refused, logged, unlogged = (int(stopped[i]) for i in (2, 3, 4))
+    assert statuses["503"] == refused > 0
+    assert logged + unlogged == 1000 * statuses["200"]
+    served = read_topic(stack.cfg.kafka.bootstrap_servers, topic, stack.cfg.kafka.partitions)
+    assert len(served) == logged
 
 
 def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -129,3 +130,78 @@ def test_what_was_scored_is_logged_after_its_answer_went_out(offload: bool) -> N
 
     asyncio.run(run())
     assert events == ["answered [1, 2]", "logged [1, 2]", "answered [9]", "logged [9]"]
+
+
+def test_a_stop_refuses_what_waits_and_what_comes_after_and_answers_the_rest() -> None:
+    """The stop's refusal (``serving_export.shutdown``): the batch being scored is
+    answered, the requests still waiting and every later one get the refusal."""
+    scoring, release = threading.Event(), threading.Event()
+
+    class Slow(FakePredictor):
+        def score_tasks(self, rows: list[dict]) -> np.ndarray:
+            scoring.set()
+            release.wait(10)
+            return super().score_tasks(rows)
+
+    async def run():
+        batcher = ScoreBatcher(parse, 1, lambda e: e, offload=True)
+        worker = asyncio.create_task(batcher.run())
+        predictor = Slow()
+        requests = [
+            asyncio.ensure_future(batcher.score(predictor, _body(xs=[x]))) for x in range(4)
+        ]
+        while not scoring.is_set():  # the first request is on the scoring thread
+            await asyncio.sleep(0.01)
+        refused = batcher.refuse(RuntimeError("shutting down"))
+        release.set()
+        later = asyncio.ensure_future(batcher.score(predictor, _body(xs=[9])))
+        outcomes = await asyncio.gather(*requests, later, return_exceptions=True)
+        worker.cancel()
+        return refused, outcomes
+
+    refused, outcomes = asyncio.run(run())
+    assert outcomes[0] == ([0], _heads(0))
+    assert refused == 3
+    assert [str(o) for o in outcomes[1:]] == ["shutting down"] * 4
+
+
+def test_the_stop_clock_refuses_at_four_fifths_of_the_grace() -> None:
+    from serving_export.shutdown import ANSWER_SHARE, StopClock
+
+    async def run():
+        stopping = False
+        clock = StopClock(0.5, lambda: stopping)
+        batcher = ScoreBatcher(parse, 8, lambda e: e)
+        watching = asyncio.create_task(clock.watch(batcher, RuntimeError("stop")))
+        await asyncio.sleep(0.2)
+        assert clock.began is None and clock.left() == 0.5
+        waiting = asyncio.ensure_future(batcher.score(FakePredictor(), _body(xs=[1])))
+        stopping = True  # nothing scores it: it waits until the refusal
+        await asyncio.sleep(0.5 * ANSWER_SHARE - 0.1)
+        assert not waiting.done() and 0 < clock.left() < 0.5
+        await watching
+        assert clock.refused == 1 and clock.elapsed() >= 0.5 * ANSWER_SHARE
+        return await asyncio.gather(waiting, return_exceptions=True)
+
+    (outcome,) = asyncio.run(run())
+    assert str(outcome) == "stop"
+
+
+def test_one_call_scores_at_most_call_bytes_of_bodies() -> None:
+    """Big requests are scored a few at a time, so the loop (and a stop) waits for one
+    call at most; small ones still share a call, and a body larger than the bound alone."""
+    from serving_export.batcher import CALL_BYTES
+
+    async def run():
+        batcher = ScoreBatcher(parse, 1000, lambda e: e)
+        predictor = FakePredictor()
+        pad = "x" * (CALL_BYTES // 3)
+        big = [batcher.score(predictor, _body(xs=[i], pad=pad)) for i in range(5)]
+        huge = batcher.score(predictor, _body(xs=[9], pad=pad * 4))
+        small = [batcher.score(predictor, _body(xs=[i])) for i in range(20, 30)]
+        worker = asyncio.create_task(batcher.run())
+        await asyncio.gather(*big, huge, *small)
+        worker.cancel()
+        return predictor.calls
+
+    assert asyncio.run(run()) == [[0, 1], [2, 3], [4], [9], list(range(20, 30))]
