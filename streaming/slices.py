@@ -173,9 +173,8 @@ def builder_leftovers(data_root: Path) -> Listing:
     """The writers' temporaries a pass builder may have left: slices, passes, and its
     index and hold notes."""
     layout = DataLayout(Path(data_root))
-    notes = [layout.slices / "_latest"] + [
-        d for d in (layout.slices / "_held").glob("*") if d.is_dir()
-    ]
+    topics = list_folder(layout.holds, bool).names
+    notes = [layout.latest_slices, *(layout.holds / topic for topic in topics)]
     return Listing.joined(
         [
             Listing((), slice_listing(data_root).leftovers),

@@ -3,6 +3,7 @@
     <data_root>/passes/<day>/<pass_id>/            the pass builder's passes
     <data_root>/slices/<day>/<pass_id>/p<N>/       its per-partition slices
     <data_root>/slices/_latest/p<N>.json           the newest slice of a partition (a hint)
+    <data_root>/slices/_held/<topic>/p<N>.json     a partition an open transaction holds
     <checkpoint_root>/<save>/                      the cluster's saves
     <model_root>/<model>/<version>/                delivery's artifacts
     <work_root>/exports/<pass_id>-<command>/       the cluster's raw inference exports
@@ -59,8 +60,18 @@ class DataLayout:
     def slice_dir(self, pass_id: str, partition: int) -> Path:
         return self.slices_of(pass_id) / f"p{partition}"
 
+    @property
+    def latest_slices(self) -> Path:
+        """The newest slice of each partition, a file each (a hint)."""
+        return self.slices / "_latest"
+
     def latest_slice_index(self, partition: int) -> Path:
-        return self.slices / "_latest" / f"p{partition}.json"
+        return self.latest_slices / f"p{partition}.json"
+
+    @property
+    def holds(self) -> Path:
+        """The builders' notes of partitions an open transaction holds, a folder a topic."""
+        return self.slices / "_held"
 
 
 @dataclass(frozen=True)

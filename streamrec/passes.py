@@ -148,7 +148,7 @@ def latest_slice_index(data_root: Path, partition: int) -> Path:
 
 def hold_path(data_root: Path, topic: str, partition: int) -> Path:
     """Where the builder notes that an open transaction holds ``topic``'s ``partition``."""
-    return slices_root(data_root) / "_held" / topic / f"p{partition}.json"
+    return DataLayout(Path(data_root)).holds / topic / f"p{partition}.json"
 
 
 def is_complete(directory: Path) -> bool:
@@ -318,7 +318,7 @@ class PartitionHold(BaseModel):
 def read_holds(data_root: Path) -> list[PartitionHold]:
     """Every hold the builders have noted (an unreadable note is skipped: it is a hint)."""
     holds = []
-    for path in sorted((slices_root(data_root) / "_held").glob("*/p*.json")):
+    for path in sorted(DataLayout(Path(data_root)).holds.glob("*/p*.json")):
         try:
             holds.append(PartitionHold.model_validate_json(path.read_text()))
         except (OSError, ValueError):
@@ -379,7 +379,7 @@ def is_partition_name(name: str) -> bool:
 
 def pass_listing(data_root: Path) -> Listing:
     """Every pass directory under ``data_root`` (complete or not), and the writers'
-    temporaries and strays beside them."""
+    temporaries beside them."""
     return by_day(DataLayout(Path(data_root)).passes, is_pass_id)
 
 
