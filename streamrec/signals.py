@@ -12,12 +12,6 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# the C-level handlers, as Python's own signal module reads and sets them: from any thread
-_getsig = ctypes.pythonapi.PyOS_getsig
-_getsig.restype, _getsig.argtypes = ctypes.c_void_p, [ctypes.c_int]
-_setsig = ctypes.pythonapi.PyOS_setsig
-_setsig.restype, _setsig.argtypes = ctypes.c_void_p, [ctypes.c_int, ctypes.c_void_p]
-
 
 def stop_on_sigterm() -> None:
     """Raise ``KeyboardInterrupt`` in the main thread on SIGTERM, as on Ctrl-C."""
@@ -38,10 +32,14 @@ def handlers_kept() -> Iterator[None]:
     cleanup, and, when the signal lands while the interrupted thread holds malloc's lock
     (a service under load), deadlocks in the handler with SIGTERM blocked, for ever. Works
     on any thread (``signal.signal`` works on the main thread only)."""
-    saved = {sig: _getsig(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    # the C-level handlers, as Python's own signal module reads and sets them
+    getsig, setsig = ctypes.pythonapi.PyOS_getsig, ctypes.pythonapi.PyOS_setsig
+    getsig.restype, getsig.argtypes = ctypes.c_void_p, [ctypes.c_int]
+    setsig.restype, setsig.argtypes = ctypes.c_void_p, [ctypes.c_int, ctypes.c_void_p]
+    saved = {sig: getsig(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for sig, handler in saved.items():
-            if _getsig(sig) != handler:
-                _setsig(sig, handler)
+            if getsig(sig) != handler:
+                setsig(sig, handler)
