@@ -125,7 +125,8 @@ def package_export(
         log.info("artifact %s already published", final)
         return published
 
-    for removed in remove_leftovers(final.parent, cfg.retention.leftover_minutes * 60):
+    grace_s = cfg.retention.leftover_minutes * 60
+    for removed in remove_leftovers(version_listing(final.parent).leftovers, grace_s):
         log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)
     chain = tuple(c.name for c in spec.chain)
     parent = _parent(final.parent, version, chain)

@@ -224,7 +224,8 @@ def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]
     if not isinstance(sparse, dict) or not isinstance(dense, dict):
         raise MalformedEvent("wrong_type", "sparse and dense must be objects")
     row: dict[str, Any] = {}
-    slots, features, _, _ = _layout(schema)
+    layout = _layout(schema)
+    slots, features = layout.slots, layout.features
     for name, multi, default in slots:
         v = sparse.get(name)
         if multi:
@@ -262,10 +263,10 @@ def scoring_row(event: Any, schema: SchemaConfig) -> dict[str, Any]:
     the schema lacks is MalformedEvent, since a client that sends it expects it to count."""
     if not isinstance(event, dict):
         raise MalformedEvent("not_an_object", "an event must be a JSON object")
-    if unknown := set(event) - SCORING_FIELDS - schema.label_fields:
+    layout = _layout(schema)
+    if unknown := set(event) - SCORING_FIELDS - layout.label_fields:
         raise MalformedEvent("unknown_field", str(sorted(unknown)))
     sparse, dense = event.get("sparse", {}), event.get("dense", {})
-    layout = _layout(schema)
     if isinstance(sparse, dict) and (unknown := sparse.keys() - layout.slot_names):
         raise MalformedEvent("unknown_slot", f"sparse: {sorted(unknown)}")
     if isinstance(dense, dict) and (unknown := dense.keys() - layout.feature_names):
@@ -280,6 +281,7 @@ class Layout(NamedTuple):
     features: tuple[tuple[str, float], ...]  # name, default
     slot_names: frozenset[str]
     feature_names: frozenset[str]
+    label_fields: frozenset[str]  # an event's fields a label may be given in
 
 
 _last_layout: tuple[SchemaConfig, Layout] | None = None
@@ -295,6 +297,7 @@ def _layout(schema: SchemaConfig) -> Layout:
             tuple((d.name, d.default) for d in schema.dense),
             frozenset(s.name for s in schema.sparse),
             frozenset(d.name for d in schema.dense),
+            schema.label_fields,
         )
         _last_layout = (schema, layout)
     return _last_layout[1]

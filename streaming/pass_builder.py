@@ -65,13 +65,13 @@ from streaming.kafka_source import KafkaSource
 from streaming.slice_writer import SliceWriter
 from streaming.slices import (
     assemble_pass,
+    builder_leftovers,
     latest_slice,
     parts_per_slice,
-    remove_builder_leftovers,
     slice_pass_ids,
 )
 from streaming.windows import WindowCutter, watermark_ms
-from streamrec.atomic_fs import write_text_atomic
+from streamrec.atomic_fs import remove_leftovers, write_text_atomic
 from streamrec.config import EMBEDDED, PipelineConfig, label_column, load_config
 from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
@@ -199,9 +199,8 @@ class PassBuilder:
             )
         self.partitions = self._source.open(self.acquire, self.release)
         parts = parts_per_slice(self.cfg.passes.parts_per_pass, self.partitions)
-        for removed in remove_builder_leftovers(
-            self._root, self.cfg.retention.leftover_minutes * 60
-        ):
+        grace_s = self.cfg.retention.leftover_minutes * 60
+        for removed in remove_leftovers(builder_leftovers(self._root).leftovers, grace_s):
             log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)
         self._writer = SliceWriter(self._root, self.cfg.feature_schema.version, parts)
 

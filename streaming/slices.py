@@ -25,14 +25,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel
 
 from streaming.errors import StreamingError
-from streamrec.atomic_fs import (
-    Removed,
-    publish_dir,
-    remove_leftovers,
-    sha256_file,
-    temp_dir_for,
-    write_text_atomic,
-)
+from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for, write_text_atomic
 from streamrec.layout import DataLayout, day_of
 from streamrec.listing import Listing, list_folder
 from streamrec.passes import (
@@ -182,12 +175,6 @@ def builder_leftovers(data_root: Path) -> Listing:
             *(Listing((), list_folder(d, bool, directories=False).leftovers) for d in notes),
         ]
     )
-
-
-def remove_builder_leftovers(data_root: Path, grace_s: float) -> list[Removed]:
-    """Delete ``builder_leftovers`` that no writer will finish (``remove_leftovers``)."""
-    folders = {p.parent for p in builder_leftovers(data_root).leftovers}
-    return [r for folder in sorted(folders) for r in remove_leftovers(folder, grace_s)]
 
 
 def _link(src: Path, dst: Path) -> None:

@@ -22,6 +22,7 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,15 +184,11 @@ class Removed:
     why: str
 
 
-def remove_leftovers(parent: Path, grace_s: float) -> list[Removed]:
-    """Delete the temporaries directly under ``parent`` that no writer will finish
+def remove_leftovers(leftovers: Iterable[Path], grace_s: float) -> list[Removed]:
+    """Delete the temporaries among ``leftovers`` (a listing's) that no writer will finish
     (``leftover_reason``); what it deleted."""
-    if not parent.is_dir():
-        return []
     removed = []
-    for p in parent.iterdir():
-        if not is_temp_name(p.name):
-            continue
+    for p in leftovers:
         try:
             why = leftover_reason(p, grace_s)
         except FileNotFoundError:  # published or removed while we looked

@@ -27,16 +27,12 @@ class Listing:
     names: tuple[str, ...] = ()
     leftovers: tuple[Path, ...] = ()
 
-    def __add__(self, other: Listing) -> Listing:
-        return Listing(tuple(sorted(self.names + other.names)), self.leftovers + other.leftovers)
-
     @classmethod
     def joined(cls, listings: Iterable[Listing]) -> Listing:
         """The listings of several folders as one (names sorted)."""
-        total = cls()
-        for listing in listings:
-            total = total + listing
-        return total
+        listings = list(listings)
+        names = sorted(name for listing in listings for name in listing.names)
+        return cls(tuple(names), tuple(p for listing in listings for p in listing.leftovers))
 
 
 def list_folder(

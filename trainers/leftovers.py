@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamrec.atomic_fs import Removed, remove_leftovers
 from streamrec.config import PathConfig
 from streamrec.layout import Layout
 from streamrec.listing import Listing, list_folder
@@ -29,9 +28,3 @@ def cluster_leftovers(paths: PathConfig) -> Listing:
             Listing((), run_listing(layout.scores).leftovers),
         ]
     )
-
-
-def remove_cluster_leftovers(paths: PathConfig, grace_s: float) -> list[Removed]:
-    """Delete the ``cluster_leftovers`` that no writer will finish."""
-    folders = sorted({p.parent for p in cluster_leftovers(paths).leftovers})
-    return [r for folder in folders for r in remove_leftovers(folder, grace_s)]

@@ -88,3 +88,22 @@ def test_a_network_in_the_folder_streamrec_starts_in_is_found(repo: Path, tmp_pa
         cwd=OUTSIDE,
     )
     assert done.returncode == 2 and "shape [-1, 2]" in done.stderr, done.stderr[-3000:]
+
+
+def test_cluster_start_refuses_a_schema_its_network_cannot_read(repo: Path, tmp_path: Path) -> None:
+    """DIN (``examples/din``) on the shipped schema, which has no history slot: the
+    network's declared needs fail the start with exit 2 naming the slot and the fix, before
+    anything is built or started (no ``KeyError`` from the cluster's first build)."""
+    config = _config(repo, tmp_path, "din:Din")
+    env = {**os.environ, "PYTHONPATH": str(repo / "examples" / "din")}
+    done = subprocess.run(
+        [CLI, "cluster", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr[-3000:])
+    assert "schema.sparse: din:Din reads the slot 'clicked_items' as a sequence" in done.stderr
+    assert "KeyError" not in done.stderr

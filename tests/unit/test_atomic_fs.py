@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from streamrec.atomic_fs import publish_dir, remove_leftovers, temp_dir_for, write_text_atomic
+from streamrec.listing import list_folder
 
 
 def test_publish_dir_is_a_rename(tmp_path: Path) -> None:
@@ -20,7 +21,8 @@ def test_publish_dir_is_a_rename(tmp_path: Path) -> None:
     again = temp_dir_for(final)
     with pytest.raises(OSError):
         publish_dir(again, final)  # never replaces a published directory
-    assert remove_leftovers(final.parent, grace_s=0) != []  # the loser's copy, left behind
+    left = list_folder(final.parent, bool).leftovers  # the loser's copy, left behind
+    assert remove_leftovers(left, grace_s=0) != []
 
 
 def test_write_text_atomic_replaces(tmp_path: Path) -> None:

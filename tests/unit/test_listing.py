@@ -22,7 +22,6 @@ from serving_export.artifact import _parent, version_listing
 from streaming.slices import (
     builder_leftovers,
     latest_slice,
-    remove_builder_leftovers,
     slice_listing,
     slice_partitions,
     slice_pass_ids,
@@ -37,6 +36,7 @@ from streamrec.atomic_fs import (
 )
 from streamrec.config import PathConfig, derived, load_config
 from streamrec.layout import Layout
+from streamrec.listing import list_folder
 from streamrec.passes import (
     EventCounts,
     complete_passes,
@@ -60,6 +60,11 @@ P0, P1 = "202607010000", "202607010010"
 GRACE_S = 3600.0
 
 
+def _temporaries(folder: Path) -> tuple[Path, ...]:
+    """The writers' temporaries in ``folder``, as a listing gives them."""
+    return list_folder(folder, bool, directories=False).leftovers
+
+
 def _complete_pass(data: Path, pass_id: str) -> Path:
     directory = pass_dir(data, pass_id)
     directory.mkdir(parents=True)
@@ -76,7 +81,7 @@ def test_a_killed_pass_writers_leftover_is_no_pass(tmp_path: Path) -> None:
     assert pass_listing(data).leftovers == (leftover,)
     assert pass_state(data, P1)[0] == "pending"  # listed, it failed on its name
     assert writer_gone(leftover)
-    removed = remove_builder_leftovers(data, GRACE_S)
+    removed = remove_leftovers(builder_leftovers(data).leftovers, GRACE_S)
     assert [(r.path, r.why) for r in removed] == [(leftover, "its writer is no longer running")]
     assert not leftover.exists() and complete_passes(data) == [P0]
 
@@ -184,7 +189,7 @@ def test_a_leftover_goes_at_once_only_when_its_writer_is_known_gone(tmp_path: Pa
         (elsewhere / "part").write_text("x")  # written deep inside: a save still going
         os.utime(elsewhere, (old, old))
         assert leftover_reason(elsewhere, GRACE_S) is None
-        removed = {r.path for r in remove_leftovers(tmp_path, GRACE_S)}
+        removed = {r.path for r in remove_leftovers(_temporaries(tmp_path), GRACE_S)}
         assert removed == {unowned, dead}
         assert all(p.exists() for p in (mine, theirs, elsewhere))
         sleeper.kill()  # not reaped yet: a zombie, which kill(pid, 0) still finds
@@ -205,5 +210,5 @@ def test_a_leftover_file_goes_after_the_grace(tmp_path: Path) -> None:
         p.write_text("{}")
     old = time.time() - GRACE_S - 1
     os.utime(stale, (old, old))
-    assert [r.path for r in remove_leftovers(tmp_path, GRACE_S)] == [stale]
+    assert [r.path for r in remove_leftovers(_temporaries(tmp_path), GRACE_S)] == [stale]
     assert young.exists()

@@ -17,12 +17,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from streamrec.atomic_fs import remove_leftovers
 from streamrec.config import admission_on, load_config
 from streamrec.logs import setup_logging
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
-from trainers.leftovers import remove_cluster_leftovers
+from trainers.leftovers import cluster_leftovers
 from trainers.warm_start import model_signature
 from trainers.worker import dense_average, exports, pass_steps, saves, sync_mode
 from trainers.worker.devices import executor_place
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         channel.forget_done_after(restored.pass_id if restored else "")
         channel.adopt_rank_cursors()
         grace_s = cfg.retention.leftover_minutes * 60
-        for removed in remove_cluster_leftovers(cfg.paths, grace_s):
+        for removed in remove_leftovers(cluster_leftovers(cfg.paths).leftovers, grace_s):
             log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)
     fleet.util.barrier()
     channel.start_heartbeat()
