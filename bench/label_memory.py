@@ -25,8 +25,9 @@ from pathlib import Path
 import pyarrow as pa
 from machine import hardware_line
 
+from streaming.emit_plan import joined_labels, plan_of
 from streaming.events import decode_impression_batch
-from streaming.join import JoinedLabel, PartitionJoin
+from streaming.join import PartitionJoin
 from streaming.synthetic import SyntheticStream
 from streaming.windows import WindowCutter
 from streamrec.config import load_config
@@ -50,11 +51,13 @@ def main() -> int:
     print(hardware_line())
     cfg = load_config(REPO / "examples/conversions/pipeline.yaml")
     schema = cfg.feature_schema
-    labels = [
-        JoinedLabel(x.name, column, (x.window_seconds or 0) * 1000)
-        for x, column in zip(cfg.labels, schema.label_columns, strict=True)
-    ]
-    join = PartitionJoin(labels=labels, closed_through=None, replay_to={})
+    join = PartitionJoin(
+        labels=joined_labels(cfg.labels),
+        closed_through=None,
+        replay_to={},
+        plan=plan_of(cfg),
+        pass_minutes=cfg.passes.pass_minutes,
+    )
     stream = SyntheticStream(schema, cfg.synthetic)
     cutter = WindowCutter(cfg.passes.pass_minutes)
     start_ms, span_ms = 1_767_225_600_000, 3_600_000  # an hour of impressions

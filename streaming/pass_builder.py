@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming.codecs import missing_codecs
+from streaming.emit_plan import AFTER_WINDOW, joined_labels, plan_of
 from streaming.errors import MalformedEvent
 from streaming.events import (
     carried_labels,
@@ -60,7 +61,7 @@ from streaming.events import (
     parse_label_event,
     pass_table_schema,
 )
-from streaming.join import IMPRESSIONS, JoinedLabel, PartitionJoin, Stray
+from streaming.join import IMPRESSIONS, PartitionJoin, Stray
 from streaming.kafka_source import KafkaSource
 from streaming.slice_writer import SliceWriter
 from streaming.slices import (
@@ -72,7 +73,7 @@ from streaming.slices import (
 )
 from streaming.windows import WindowCutter, watermark_ms
 from streamrec.atomic_fs import remove_leftovers, write_text_atomic
-from streamrec.config import EMBEDDED, PipelineConfig, label_column, load_config
+from streamrec.config import EMBEDDED, PipelineConfig, kind_column, label_column, load_config
 from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
 from streamrec.passes import (
@@ -81,10 +82,13 @@ from streamrec.passes import (
     PartitionHold,
     PartitionRange,
     PassManifest,
+    RowKind,
     hold_path,
     is_complete,
     next_pass_id,
     pass_dir,
+    read_slice,
+    slice_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -126,27 +130,15 @@ class _Batch:
         return zip(self.messages, times, strict=True)
 
 
+def _count(kinds: pa.ChunkedArray, kind: RowKind) -> int:
+    return int(pc.sum(pc.equal(kinds, int(kind))).as_py() or 0)
+
+
 def _ranges(table: pa.Table) -> PartitionRange | None:
     if table.num_rows == 0:
         return None
     offsets = table["kafka_offset"].to_numpy()
     return PartitionRange(first=int(offsets.min()), last=int(offsets.max()), rows=table.num_rows)
-
-
-def _joined_labels(cfg: PipelineConfig) -> list[JoinedLabel]:
-    """The join's view of the labels joined from topics."""
-    columns = {label.name: label_column(i, label.name) for i, label in enumerate(cfg.labels)}
-    return [
-        JoinedLabel(
-            kind=label.name,
-            column=columns[label.name],
-            window_ms=(label.window_seconds or 0) * 1000,
-            requires=columns[label.requires] if label.requires else None,
-            keep_unattributed=label.unattributed == "keep",
-            dead_letter_strays=label.strays == "dead_letter",
-        )
-        for label in cfg.topic_labels
-    ]
 
 
 class PassBuilder:
@@ -166,16 +158,20 @@ class PassBuilder:
         self._minutes = cfg.passes.pass_minutes
         self._record_time = cfg.kafka.missing_event_time == "record_timestamp"
         self._carried = carried_labels(cfg.labels)
-        self._joined = _joined_labels(cfg)
+        self._joined = joined_labels(cfg.labels)
+        self._plan = plan_of(cfg)
         self._time_key = {label.name: label.time_key for label in cfg.topic_labels}
         self.topics = {IMPRESSIONS: cfg.kafka.impressions_topic}
         self.topics |= {label.name: label.topic for label in cfg.topic_labels if label.topic}
         self._kind = {topic: kind for kind, topic in self.topics.items()}
         self._served = cfg.served_tasks
         self._arrow_schema = pass_table_schema(cfg.feature_schema, self._served)
+        self._rows_schema = pa.schema(
+            [*self._arrow_schema, *self._plan.row_fields()], metadata=self._arrow_schema.metadata
+        )
         self._lateness_ms = cfg.passes.allowed_lateness_seconds * 1000
-        label_wait_ms = cfg.label_wait_seconds * 1000
-        self._windows = WindowCutter(self._minutes, label_wait_ms, cfg.passes.max_gap_passes)
+        cut_delay_ms = self._plan.cut_delay_ms
+        self._windows = WindowCutter(self._minutes, cut_delay_ms, cfg.passes.max_gap_passes)
         self._owned: dict[int, _Partition] = {}
         self._future_limit_ms = 0.0
         self._known: set[str] = set()  # pass ids with at least one slice
@@ -227,6 +223,9 @@ class PassBuilder:
             labels=self._joined,
             closed_through=newest.pass_id if newest else None,
             replay_to=replay,
+            plan=self._plan,
+            pass_minutes=self._minutes,
+            cut_consumed=lambda window: self._cut_consumed(partition, window),
         )
         resume = {k: v for k, v in by_kind.items() if v is not None}
         now = time.monotonic()
@@ -238,6 +237,14 @@ class PassBuilder:
             resume or "the beginning",
         )
         return state
+
+    def _cut_consumed(self, partition: int, window: str) -> int | None:
+        """The impression offset ``partition`` had read up to when it cut ``window`` (None:
+        its slice is gone): a replayed impression of a closed window below it was held."""
+        directory = slice_dir(self._root, window, partition)
+        if not is_complete(directory):
+            return None
+        return read_slice(directory).consumed_to.get(self.topics[IMPRESSIONS])
 
     def _seek(self, partition: int, state: _Partition, tps: list[TopicPartition]) -> None:
         for tp in tps:
@@ -480,8 +487,9 @@ class PassBuilder:
         state = self._owned[partition]
         table = state.join.close(window)
         if table is None:
-            table = self._arrow_schema.empty_table()
-        counts = self._counts(state.join, table)
+            table = self._rows_schema.empty_table()
+        matured = state.join.matured
+        counts = self._counts(state.join, table, matured)
         resume, consumed = {}, {}
         for kind, topic in self.topics.items():
             read_to = state.consumed_to.get(kind, state.resume.get(kind, 0))
@@ -504,25 +512,38 @@ class PassBuilder:
             "consumed_to": consumed,
             "counts": counts,
         }
-        self._slices.submit(partition, window, table, fields, state, resume)
+        self._slices.submit(partition, window, table, fields, state, resume, matured)
 
-    def _counts(self, join: PartitionJoin, table: pa.Table) -> EventCounts:
-        """The slice's counts: the join's since the last slice, each label's positives in
-        ``table``, and the rows still waiting."""
+    def _counts(
+        self, join: PartitionJoin, table: pa.Table, matured: pa.Table | None
+    ) -> EventCounts:
+        """The slice's counts: the join's since the last slice, each label's positives (and,
+        written before its window closed, observed rows and duplicates) in ``table``, the
+        labels still open, and the rows still waiting."""
         counters = join.take_counters()
         labels = {}
         for i, label in enumerate(self.cfg.labels):
             column = table[label_column(i, label.name)]
             joined = counters.labels.get(label.name)
+            written = {}
+            if self._plan.delayed and label.emit != AFTER_WINDOW:
+                kinds = table[kind_column(label.name)]
+                written = {
+                    "observed": _count(kinds, RowKind.OBSERVED),
+                    "duplicates": _count(kinds, RowKind.DUPLICATE),
+                    "open": join.open.get(label.name, 0),
+                }
             labels[label.name] = LabelCounts(
                 positives=int(pc.sum(column).as_py() or 0),
                 **(vars(joined) if joined else {}),
+                **written,
             )
         return EventCounts(
             malformed=dict(counters.malformed),
             late=counters.late_impressions,
             labels=labels,
             waiting=join.waiting(),
+            matured=matured.num_rows if matured is not None else 0,
         )
 
     def _finish_write(self, partition: int, wait: bool = True) -> bool:
@@ -558,9 +579,8 @@ class PassBuilder:
         watermark = self.watermark_ms(partition) if watermark is None else watermark
         state.join.expire_unmatched(watermark)
         closed = state.join.closed_through
-        candidates = set(state.join.pending) | {
-            p for p in self._known if closed is None or p > closed
-        }
+        candidates = set(state.join.pending) | state.join.due_windows()
+        candidates |= {p for p in self._known if closed is None or p > closed}
         windows = self._windows.to_cut(candidates, closed, watermark)
         if not windows or not self._finish_write(partition, wait=False):
             return False

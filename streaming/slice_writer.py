@@ -55,8 +55,10 @@ class SliceWriter:
         fields: dict[str, Any],
         owner: Any,
         resume: dict[str, int],
+        matured: pa.Table | None = None,
     ) -> None:
-        """Start writing ``partition``'s slice of ``window`` (none of it may be in flight)."""
+        """Start writing ``partition``'s slice of ``window`` (none of it may be in flight),
+        its matured rows apart."""
         if partition in self._writing:
             raise RuntimeError(f"partition {partition} has a slice in flight already")
         future = self._pool.submit(
@@ -68,6 +70,7 @@ class SliceWriter:
             table,
             self._parts,
             fields,
+            matured,
         )
         self._writing[partition] = _InFlight(future, window, owner, resume)
 

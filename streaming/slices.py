@@ -53,6 +53,7 @@ from streamrec.passes import (
 )
 
 log = logging.getLogger(__name__)
+MATURED_PART = "matured-00000.parquet"
 
 
 class SliceTaken(StreamingError):
@@ -92,8 +93,10 @@ def write_slice(
     table: pa.Table,
     n_parts: int,
     fields: dict[str, Any],
+    matured: pa.Table | None = None,
 ) -> SliceManifest:
-    """Publish ``table`` as the slice of ``partition`` for ``pass_id``."""
+    """Publish ``table`` (and the ``matured`` rows, if any) as the slice of ``partition`` for
+    ``pass_id``."""
     final = slice_dir(data_root, pass_id, partition)
     if is_complete(final):
         raise SliceTaken(read_slice(final))
@@ -105,6 +108,13 @@ def write_slice(
         name = f"part-{i:05d}.parquet"
         pq.write_table(table.slice(a, b - a), tmp / name)
         parts.append(PartInfo(file=name, rows=b - a, sha256=sha256_file(tmp / name)))
+    matured_parts = []
+    if matured is not None and matured.num_rows:
+        pq.write_table(matured, tmp / MATURED_PART)
+        rows = matured.num_rows
+        matured_parts.append(
+            PartInfo(file=MATURED_PART, rows=rows, sha256=sha256_file(tmp / MATURED_PART))
+        )
     manifest = SliceManifest(
         schema_version=schema_version,
         pass_id=pass_id,
@@ -112,6 +122,7 @@ def write_slice(
         rows=table.num_rows,
         positives=int(pc.sum(table["label"]).as_py() or 0) if table.num_rows else 0,
         parts=parts,
+        matured_parts=matured_parts,
         created_at=datetime.now(UTC).isoformat(),
         **fields,
     )
@@ -209,12 +220,16 @@ def assemble_pass(
             return None
     slices = [read_slice(d) for d in dirs]
     tmp = temp_dir_for(final)
-    parts = []
+    parts, matured = [], []
     for s, d in zip(slices, dirs, strict=True):
         for part in s.parts:
             name = f"p{s.partition}-{part.file}"
             _link(d / part.file, tmp / name)
             parts.append(part.model_copy(update={"file": name}))
+        for part in s.matured_parts:
+            name = f"p{s.partition}-{part.file}"
+            _link(d / part.file, tmp / name)
+            matured.append(part.model_copy(update={"file": name}))
     start, end = window_ms(pass_id, pass_minutes)
     by_topic: dict[str, dict[str, Any]] = {"offsets": {}, "resume_offsets": {}, "consumed_to": {}}
     for s in slices:
@@ -231,6 +246,7 @@ def assemble_pass(
         rows=sum(s.rows for s in slices),
         positives=sum(s.positives for s in slices),
         parts=parts,
+        matured_parts=matured,
         counts=counts,
         created_at=datetime.now(UTC).isoformat(),
         **by_topic,

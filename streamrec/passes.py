@@ -6,6 +6,8 @@ Grammar::
     window    = [start, start + pass_minutes)
     pass dir  = <data_root>/passes/<YYYYMMDD>/<pass_id>/
                   part-00000.parquet ...  the rows, split into parts
+                  matured-00000.parquet   impressions with their final labels, when a
+                                          label is written before its window closes
                   _manifest.json          PassManifest (MANIFEST_VERSION)
                   _SUCCESS                empty donefile: the pass is complete
 
@@ -30,6 +32,7 @@ import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from enum import IntEnum
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -172,6 +175,16 @@ class PartitionRange(BaseModel):
     rows: int
 
 
+class RowKind(IntEnum):
+    """What a row is for one label (its ``kind_<label>`` column), in passes where a label is
+    written before its window closes (``schema.labels[].emit``)."""
+
+    ABSENT = 0  # the row does not train this label's task
+    OBSERVED = 1  # the impression with the label as observed when the row was written
+    DUPLICATE = 2  # a copy of the impression, positive: its label came after it was written
+    MATURED = 3  # the impression with its final label (``matured_parts``): judged, not trained
+
+
 class LabelCounts(BaseModel):
     """One label's rows and the label events that labelled none, while a slice or pass was
     open."""
@@ -184,6 +197,15 @@ class LabelCounts(BaseModel):
     unmatched: int = Field(0, description="Label events whose impression was not pending.")
     unattributed: int = Field(
         0, description="Positives whose row lacked the label they require (kept or dead-lettered)."
+    )
+    observed: int = Field(
+        0, description="Rows written for this label before its window closed (its emit)."
+    )
+    duplicates: int = Field(0, description="Duplicate positives written for a later label.")
+    open: int = Field(
+        0,
+        description="Impressions whose row was written and whose window for this label was "
+        "still open when the slice was cut (a pass: summed over its slices).",
     )
 
     def __add__(self, other: LabelCounts) -> LabelCounts:
@@ -206,9 +228,10 @@ class EventCounts(BaseModel):
     )
     waiting: int = Field(
         0,
-        description="Impressions of later windows held in memory, waiting for their labels, "
-        "when the slice was cut (a pass: summed over its slices).",
+        description="Impressions held in memory, waiting for their labels, when the slice "
+        "was cut (a pass: summed over its slices).",
     )
+    matured: int = Field(0, description="Impressions written with their final labels (matured).")
 
     @model_validator(mode="before")
     @classmethod
@@ -245,6 +268,7 @@ class EventCounts(BaseModel):
             late=self.late + other.late,
             labels=labels,
             waiting=self.waiting + other.waiting,
+            matured=self.matured + other.matured,
         )
 
 
@@ -260,6 +284,9 @@ class SliceManifest(BaseModel):
     rows: int
     positives: int
     parts: list[PartInfo]
+    matured_parts: list[PartInfo] = Field(
+        default_factory=list, description="Matured rows (RowKind.MATURED), apart from the rows."
+    )
     offsets: dict[str, PartitionRange] = Field(
         description="topic -> offsets of what this slice holds: its impressions, and the "
         "clicks that labelled them."
@@ -289,6 +316,12 @@ class PassManifest(BaseModel):
     rows: int
     positives: int
     parts: list[PartInfo]
+    matured_parts: list[PartInfo] = Field(
+        default_factory=list,
+        description="Impressions with their final labels, written once every window of "
+        "theirs closed (passes with a label written earlier): judged and, for after_wait, "
+        "the delay models' rows; never the model's training rows.",
+    )
     offsets: dict[str, dict[str, PartitionRange]] = Field(
         description="topic -> partition -> offsets of the rows in this pass."
     )

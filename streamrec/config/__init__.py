@@ -7,7 +7,15 @@ gate, serving, the schedule, retention), and ``pipeline`` (the whole file, loadi
 dumping it). Import them from here.
 """
 
-from streamrec.config.base import EMBEDDED, RESERVED_COLUMNS, SERVED_VERSION, served_p_column
+from streamrec.config.base import (
+    ELAPSED_COLUMN,
+    EMBEDDED,
+    RESERVED_COLUMNS,
+    SERVED_VERSION,
+    delay_column,
+    kind_column,
+    served_p_column,
+)
 from streamrec.config.cluster import CheckpointConfig, ClusterConfig, NodeConfig, PathConfig
 from streamrec.config.delivery import GateConfig, RetentionConfig, ScheduleConfig, ServingConfig
 from streamrec.config.model import (
@@ -42,6 +50,7 @@ from streamrec.config.tables import SparseTableSpec, admission_on, sparse_tables
 
 __all__ = [
     "DEFAULT_SPARSE_TABLE",
+    "ELAPSED_COLUMN",
     "EMBEDDED",
     "LABELS_OBJECT",
     "RESERVED_COLUMNS",
@@ -73,8 +82,10 @@ __all__ = [
     "SparseTableSpec",
     "SyntheticConfig",
     "admission_on",
+    "delay_column",
     "derived",
     "dump_config",
+    "kind_column",
     "label_column",
     "load_config",
     "served_p_column",

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from streamrec.config.base import RESERVED_COLUMNS, _Strict
+from streamrec.config.base import RESERVED_COLUMNS, _Strict, delay_column, kind_column
 
 
 class PassConfig(_Strict):
@@ -211,7 +211,7 @@ class LabelSpec(_Strict):
         None,
         ge=1,
         description="source: topic: a label event counts if it comes this soon after its "
-        "impression. Every row waits for the longest window before its pass is cut.",
+        "impression. Rows of after_window labels wait for the longest such window.",
     )
     requires: str | None = Field(
         None,
@@ -223,6 +223,21 @@ class LabelSpec(_Strict):
         description="An unattributed positive (see requires): dead_letter trains the row "
         "with this label 0 and sends the label event to the dead-letter topic (reason "
         "unattributed); keep trains it as a positive. Either way it is counted.",
+    )
+    emit: Literal["after_window", "at_once", "after_wait"] = Field(
+        "after_window",
+        description="source: topic: when a row is written for this label. after_window: "
+        "once the window has closed, with the final label; at_once: at once as a negative, "
+        "and a duplicate positive when the label comes (fake-negative weighting, FNW); "
+        "after_wait: after wait_seconds with the label as of then, and a duplicate "
+        "positive for a later one (ES-DFM weighting). The loss is corrected for the delay, "
+        "and every row is written again, matured, once its windows have closed.",
+    )
+    wait_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="emit: after_wait: how long after its impression a row waits for this "
+        "label; below window_seconds.",
     )
     strays: Literal["count", "dead_letter"] = Field(
         "count",
@@ -277,6 +292,21 @@ class LabelSpec(_Strict):
                 f"label {self.name!r}: field is for source: impression; a label event on "
                 f"its topic is {{event_id, {self.time_key}}}"
             )
+        if self.emit != "after_window" and not joined:
+            raise ValueError(
+                f"label {self.name!r}: emit {self.emit!r} is for source: topic; the "
+                "impression carries its label at once"
+            )
+        if (self.emit == "after_wait") != (self.wait_seconds is not None):
+            raise ValueError(
+                f"label {self.name!r}: wait_seconds is for emit: after_wait, and required there"
+            )
+        if self.wait_seconds is not None and self.wait_seconds >= (self.window_seconds or 0):
+            raise ValueError(
+                f"label {self.name!r}: wait_seconds ({self.wait_seconds}) must be below "
+                f"window_seconds ({self.window_seconds}); to wait for the whole window use "
+                "emit: after_window"
+            )
         if self.requires is not None and not joined:
             raise ValueError(
                 f"label {self.name!r}: requires is checked when a label event joins; an "
@@ -326,6 +356,9 @@ class SchemaConfig(_Strict):
         features = {s.name for s in self.sparse} | {d.name for d in self.dense}
         if clash := sorted(features & (set(self.label_columns) - RESERVED_COLUMNS)):
             raise ValueError(f"feature names {clash} are label columns; rename them")
+        delayed = {f(name) for name in names for f in (kind_column, delay_column)}
+        if clash := sorted(features & delayed):
+            raise ValueError(f"feature names {clash} are the labels' row columns; rename them")
         return self
 
     @model_validator(mode="after")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from streaming.join import JoinedLabel, PartitionJoin
+from streaming.emit_plan import JoinedLabel
+from streaming.join import PartitionJoin
 
 W1, W2 = "202601010000", "202601010010"
 T1 = 1767225600000  # start of W1
@@ -90,7 +91,7 @@ def _two(keep: bool = False, strays: bool = True, replay: dict[str, int] | None 
         "conversion",
         "label_conversion",
         CONV_WINDOW,
-        requires="label",
+        requires="click",
         keep_unattributed=keep,
         dead_letter_strays=strays,
     )

@@ -91,7 +91,7 @@ class _Run:
 
     def __post_init__(self) -> None:
         for p in range(self.partitions):
-            join = PartitionJoin(labels=[], closed_through=None, replay_to={})
+            join = PartitionJoin(labels=[], closed_through=None, replay_to={}, pass_minutes=1)
             self.owned[p] = _Partition(join)
 
     def deliver(self, p: int, events: list[tuple[str, int]]) -> None:
