@@ -52,7 +52,7 @@ import pyarrow.compute as pc
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from streaming.codecs import missing_codecs
-from streaming.emit_plan import AFTER_WINDOW, joined_labels, plan_of
+from streaming.emit_plan import joined_labels, plan_of
 from streaming.errors import MalformedEvent
 from streaming.events import (
     carried_labels,
@@ -526,7 +526,7 @@ class PassBuilder:
             column = table[label_column(i, label.name)]
             joined = counters.labels.get(label.name)
             written = {}
-            if self._plan.delayed and label.emit != AFTER_WINDOW:
+            if self._plan.delayed:
                 kinds = table[kind_column(label.name)]
                 written = {
                     "observed": _count(kinds, RowKind.OBSERVED),

@@ -3,13 +3,14 @@
 Paddle runs ``cat <part> | <pipe_command>`` per file (per reader thread) and parses, for
 each ``use_var`` in order, ``<n> v1 ... vn``. Our order (``slot_order``) is every sparse slot
 (feature signs), then ``dense`` (all dense features), then each label (``label``, then
-``label_<name>`` for the schema's further labels). The text is built
-column-wise with Arrow compute, each distinct value's text once, and written straight from
-the result's data buffer: no Python loop per row. The process starts lean: the slot layout
-comes as JSON on the command line (no YAML, no pydantic) and paddle is never imported (it
-would cost about a second per file). Training, which reads each part up to three times
-(scores, training, the intercept's refit), converts each part once to a local text file
-(``convert_file``) and reads that with ``cat`` or ``awk`` (``text_command``): the reader
+``label_<name>`` for the schema's further labels), then, with a label written before its
+window closes, each row's kinds and delays (``SchemaConfig.row_columns``, read as floats).
+The text is built column-wise with Arrow compute, each distinct value's text once, and
+written straight from the result's data buffer: no Python loop per row. The process starts
+lean: the slot layout comes as JSON on the command line (no YAML, no pydantic) and paddle is
+never imported (it would cost about a second per file). Training, which reads each part up
+to three times (scores, training, the intercept's refit), converts each part once to a local
+text file (``convert_file``) and reads that with ``cat`` or ``awk`` (``text_command``): the reader
 process costs 0.25 s to start, as much as a small pass's whole read.
 """
 
@@ -48,6 +49,7 @@ class ReaderLayout:
     sparse: tuple[tuple[str, bool, str, int, str, str], ...]
     dense: tuple[str, ...]
     labels: tuple[str, ...] = (LABEL_VAR,)
+    rows: tuple[str, ...] = ()  # fresh labels: each row's kinds and delays, as floats
 
     @classmethod
     def from_schema(cls, schema: SchemaConfig) -> ReaderLayout:
@@ -65,11 +67,12 @@ class ReaderLayout:
             ),
             tuple(d.name for d in schema.dense),
             tuple(schema.label_columns),
+            tuple(schema.row_columns),
         )
 
     def to_arg(self) -> str:
         layout = {"sparse": self.sparse, "dense": self.dense, "labels": self.labels}
-        return json.dumps(layout, separators=(",", ":"))
+        return json.dumps(layout | {"rows": self.rows}, separators=(",", ":"))
 
     @classmethod
     def from_arg(cls, arg: str) -> ReaderLayout:
@@ -78,13 +81,14 @@ class ReaderLayout:
             tuple((n, bool(m), d, int(ln), k, ks) for n, m, d, ln, k, ks in raw["sparse"]),
             tuple(raw["dense"]),
             tuple(raw["labels"]),
+            tuple(raw["rows"]),
         )
 
 
 def slot_order(schema: SchemaConfig) -> list[str]:
     """Names of the use_vars, in the order the text carries them."""
     dense = [DENSE_VAR] if schema.dense else []
-    return [s.name for s in schema.sparse] + dense + schema.label_columns
+    return [s.name for s in schema.sparse] + dense + schema.label_columns + schema.row_columns
 
 
 def _sign_text(slot: str, values: pa.Array, prefix: str = "") -> pa.Array:
@@ -149,6 +153,8 @@ def multislot_text(
         columns += [table[d].combine_chunks().cast(pa.string()) for d in layout.dense]
     for label in layout.labels:
         columns += ["1", table[label].combine_chunks().cast(pa.string())]
+    for column in layout.rows:
+        columns += ["1", table[column].combine_chunks().cast(pa.string())]
     columns.append("\n")
     lines = pc.binary_join_element_wise(*columns[:-1], " ")
     lines = pc.binary_join_element_wise(lines, "\n", "").cast(pa.large_string())

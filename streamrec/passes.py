@@ -199,7 +199,9 @@ class LabelCounts(BaseModel):
         0, description="Positives whose row lacked the label they require (kept or dead-lettered)."
     )
     observed: int = Field(
-        0, description="Rows written for this label before its window closed (its emit)."
+        0,
+        description="Observed rows of this label (a schema with a label written before its "
+        "window closed; else 0, and every row is the label's).",
     )
     duplicates: int = Field(0, description="Duplicate positives written for a later label.")
     open: int = Field(

@@ -22,10 +22,13 @@ from streamrec.config import (
     ModelConfig,
     SchemaConfig,
     SparseTableSpec,
+    delay_column,
+    kind_column,
     sparse_tables,
 )
 from streamrec.errors import ConfigError
 from streamrec.network import MultiTaskNetwork, NetworkInputs, SequenceInput, logit_bias
+from trainers.delay_weights import weighted_task
 from trainers.network_loader import load_network
 
 AUC_BUCKETS = 4095
@@ -39,6 +42,7 @@ class TaskGraph:
     label: Any  # its label's data var
     logit_bias: str  # the dense parameter that adds straight to its logit (``intercept``)
     stat_vars: dict[str, Any]  # metric accumulators, summed across workers
+    kind: Any | None = None  # its rows' kind var (a fresh label): metrics count trained rows
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,8 @@ class _Inputs:
     use_vars: list[Any]
     network: NetworkInputs
     labels: dict[str, Any]  # label name -> its data var
+    kinds: dict[str, Any]  # label name -> its rows' kind (a fresh label in the schema)
+    delays: dict[str, Any]  # after_wait label name -> its delay as of the row
 
 
 def _inputs(paddle: Any, schema: SchemaConfig, tables: dict[str, SparseTableSpec]) -> _Inputs:
@@ -144,8 +150,16 @@ def _inputs(paddle: Any, schema: SchemaConfig, tables: dict[str, SparseTableSpec
     for label, column in zip(schema.labels, schema.label_columns, strict=True):
         labels[label.name] = paddle.static.data(name=column, shape=[-1, 1], dtype="int64")
         use_vars.append(labels[label.name])
+    rows = {}
+    for column in schema.row_columns:
+        rows[column] = paddle.static.data(name=column, shape=[-1, 1], dtype="float32")
+        use_vars.append(rows[column])
+    names = [label.name for label in schema.labels]
+    kinds = {n: rows[kind_column(n)] for n in names if kind_column(n) in rows}
+    delays = {n: rows[delay_column(n)] for n in names if delay_column(n) in rows}
     dims = {s.name: table_of[s.name].dim for s in schema.sparse}
-    return _Inputs(use_vars, NetworkInputs(pooled, sequences, dense, dims), labels)
+    network = NetworkInputs(pooled, sequences, dense, dims)
+    return _Inputs(use_vars, network, labels, kinds, delays)
 
 
 def _network_logits(
@@ -187,6 +201,7 @@ def build_model(schema: SchemaConfig, model: ModelConfig) -> ModelGraph:
 
     inputs = _inputs(paddle, schema, sparse_tables(schema, model))
     names = [label.name for label in schema.labels]
+    specs = {label.name: label for label in schema.labels}
     logits = _network_logits(paddle, model, inputs.network, names)
     tasks, losses = {}, []
     for task, logit in logits.items():
@@ -198,15 +213,18 @@ def build_model(schema: SchemaConfig, model: ModelConfig) -> ModelGraph:
         )
         label = inputs.labels[task]
         predict = paddle.nn.functional.sigmoid(logit + bias)
-        losses.append(
-            paddle.mean(
-                paddle.nn.functional.binary_cross_entropy_with_logits(
-                    logit + bias, paddle.cast(label, "float32")
-                )
-            )
+        weighted = weighted_task(
+            paddle,
+            specs[task],
+            logit + bias,
+            label,
+            inputs.kinds.get(task),
+            inputs.delays.get(task),
+            inputs.network,
         )
+        losses.append(weighted.loss)
         stats = metric_stats(paddle, predict, label, "" if task == names[0] else task)
-        tasks[task] = TaskGraph(predict, label, bias.name, stats)
+        tasks[task] = TaskGraph(predict, label, bias.name, stats, inputs.kinds.get(task))
     net = inputs.network
     return ModelGraph(
         use_vars=inputs.use_vars,

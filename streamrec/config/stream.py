@@ -332,6 +332,22 @@ class SchemaConfig(_Strict):
         return [label_column(i, label.name) for i, label in enumerate(self.labels)]
 
     @property
+    def fresh_labels(self) -> list[LabelSpec]:
+        """The labels written before their window closes (``emit`` not after_window): their
+        rows carry what each row is for each label, and the loss is corrected for it."""
+        return [label for label in self.labels if label.emit != "after_window"]
+
+    @property
+    def row_columns(self) -> list[str]:
+        """The pass columns the trainer reads beside the labels: with a fresh label, each
+        label's row kind, then each after_wait label's delay (its delay models' target)."""
+        if not self.fresh_labels:
+            return []
+        kinds = [kind_column(label.name) for label in self.labels]
+        waited = [delay_column(x.name) for x in self.labels if x.emit == "after_wait"]
+        return kinds + waited
+
+    @property
     def label_fields(self) -> frozenset[str]:
         """Every impression field a label of the schema may be given in, the label object
         included."""

@@ -315,6 +315,42 @@ def test_unsound_labels_fail_naming_the_fix(shipped_config, labels, match) -> No
         _two_labels(shipped_config, labels=labels)
 
 
+JOINED = {"source": "topic", "topic": "t", "window_seconds": 600}
+
+
+@pytest.mark.parametrize(
+    ("label", "match"),
+    [
+        ({"emit": "soon", **JOINED}, r"schema\.labels\.0\.emit"),
+        ({"emit": "at_once"}, "emit 'at_once' is for source: topic"),
+        ({"emit": "after_wait", **JOINED}, "wait_seconds is for emit: after_wait, and required"),
+        ({"wait_seconds": 60, **JOINED}, "wait_seconds is for emit: after_wait"),
+        (
+            {"emit": "after_wait", "wait_seconds": 600, **JOINED},
+            r"wait_seconds \(600\) must be below window_seconds \(600\)",
+        ),
+    ],
+)
+def test_an_unsound_emit_policy_fails_naming_the_key(shipped_config, label, match) -> None:
+    with pytest.raises(ConfigError, match=match):
+        _two_labels(shipped_config, labels=[{"name": "click", **label}])
+
+
+def test_emit_policies_give_the_trainer_each_row_kind(shipped_config) -> None:
+    labels = [
+        {**TWO_LABELS[0], "emit": "at_once"},
+        {**TWO_LABELS[1], "emit": "after_wait", "wait_seconds": 300},
+    ]
+    schema = _two_labels(shipped_config, labels=labels).feature_schema
+    assert [x.name for x in schema.fresh_labels] == ["click", "conversion"]
+    assert schema.row_columns == ["kind_click", "kind_conversion", "delay_ms_conversion"]
+    assert _two_labels(shipped_config).feature_schema.row_columns == []
+    fs = shipped_config.feature_schema.model_dump(mode="json")
+    dense = [*fs["dense"], {"name": "kind_click"}]
+    with pytest.raises(ConfigError, match=r"\['kind_click'\] are the labels' row columns"):
+        _two_labels(shipped_config, labels=labels, dense=dense)
+
+
 def test_labels_said_twice_fail_with_the_way_to_say_it_once(shipped_config) -> None:
     fs = shipped_config.feature_schema.model_dump(mode="json")
     with pytest.raises(ConfigError, match=r"list the click in schema\.labels.*leave join out"):

@@ -12,7 +12,7 @@ import pytest
 
 from streaming.emit_plan import JoinedLabel, emit_plan
 from streaming.join import IMPRESSIONS, PartitionJoin
-from streamrec.config import ELAPSED_COLUMN, delay_column, kind_column
+from streamrec.config import ELAPSED_COLUMN, delay_column
 from streamrec.passes import RowKind, compose_pass_id, next_pass_id, window_ms
 
 T0 = 1_767_225_600_000  # 2026-01-01 00:00 UTC

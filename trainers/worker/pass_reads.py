@@ -22,6 +22,7 @@ import numpy as np
 from streaming.pipe_reader import convert_file, text_command
 from streamrec.config import RunnerConfig
 from streamrec.layout import Layout
+from streamrec.passes import RowKind
 from trainers.metrics import STAT_NAMES, stats_from_predictions
 from trainers.models import AUC_BUCKETS, TaskGraph
 from trainers.worker.instance_dump import point_dump, read_dump
@@ -147,9 +148,11 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Task
     program = paddle.static.default_main_program() if phase == "train" else ctx.scoring
     dump = Layout.of(ctx.cfg.paths).metric_dumps(ctx.rank, phase)
     tasks, conditionals = ctx.graph.tasks, ctx.graph.conditionals
-    fields = [name for t in tasks.values() for name in (t.predict.name, t.label.name)]
-    # a conditional task needs each row's scores: dumped, as several threads need them too
-    dumped = threads > 1 or bool(conditionals)
+    kinds = [t.kind.name for t in tasks.values() if t.kind is not None]
+    fields = [name for t in tasks.values() for name in (t.predict.name, t.label.name)] + kinds
+    # a conditional task needs each row's scores, a fresh label the rows that train it:
+    # dumped, as several threads need them too
+    dumped = threads > 1 or bool(conditionals) or bool(kinds)
     point_dump(program, fields, dump if dumped else None)
     _reset_stats(ctx)
     rounds = ctx.sync if phase == "train" else None
@@ -168,9 +171,18 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Task
     values = read_dump(dump, len(fields))
     shutil.rmtree(dump)
     scores = {name: (values[2 * i], values[2 * i + 1]) for i, name in enumerate(tasks)}
-    local = {name: stats_from_predictions(*scores[name], AUC_BUCKETS) for name in tasks}
+    # each task is measured on the rows that train it (with a fresh label: observed rows
+    # and duplicates; else every row)
+    trained = {name: np.ones(len(scores[name][0]), dtype=bool) for name in tasks}
+    if kinds:
+        for name, kind in zip(tasks, values[2 * len(tasks) :], strict=True):
+            trained[name] = (kind > RowKind.ABSENT) & (kind < RowKind.MATURED)
+    local = {
+        name: stats_from_predictions(p[trained[name]], y[trained[name]], AUC_BUCKETS)
+        for name, (p, y) in scores.items()
+    }
     for name, (task, given) in conditionals.items():
-        rows = scores[given][1] == 1
+        rows = (scores[given][1] == 1) & trained[task] & trained[given]
         ratio = scores[task][0][rows] / np.maximum(scores[given][0][rows], 1e-7)
         local[name] = stats_from_predictions(
             np.clip(ratio, 0.0, 1.0), scores[task][1][rows], AUC_BUCKETS

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from streaming.pipe_reader import pipe_command, text_command
 from streamrec.contracts.training import ScoreReply, TaskResult, TrainResult
 from streamrec.layout import Layout
-from streamrec.passes import pass_dir, read_manifest
+from streamrec.passes import PassManifest, pass_dir, read_manifest
 from trainers.checkpoints import next_kind
 from trainers.metrics import metrics_from_stats
 from trainers.worker import dense_tables
@@ -137,8 +137,13 @@ def _refit_intercept(
                 stats = run_read(ctx, dataset, "test", threads)
             finally:
                 dataset.release_memory()
-        # each head is refitted; a conditional task (a ratio of two heads) has no bias
-        shifts = {task: intercept_shift(*stats[task][:2]) for task in ctx.graph.tasks}
+        # each head is refitted; a conditional task (a ratio of two heads) has no bias, and
+        # a fresh label's rows are not its true labels (their weights correct the loss, a
+        # refit to their positives would undo that)
+        fresh = {label.name for label in ctx.cfg.feature_schema.fresh_labels}
+        shifts = {
+            task: intercept_shift(*stats[task][:2]) for task in ctx.graph.tasks if task not in fresh
+        }
         biases = {ctx.graph.tasks[task].logit_bias: shift for task, shift in shifts.items()}
         ctx.leader_only(lambda: add_to_bias(biases))
         dense_tables.pull()
@@ -154,13 +159,31 @@ def _refit_intercept(
     return refits
 
 
+def _expected_counts(
+    manifest: PassManifest, main: str, every: int, fresh: bool
+) -> tuple[int, int | None]:
+    """The rows the main task trains on and scores, by the manifest: every row and the
+    sampled ones; with a fresh label, the main task's observed rows and duplicates (a
+    sample of them is scored, of a size the manifest cannot tell: taken as read)."""
+    if not fresh:
+        return manifest.rows, sampled_rows([p.rows for p in manifest.parts], max(every, 1))
+    counts = manifest.counts.labels.get(main)
+    rows = counts.observed + counts.duplicates if counts else 0
+    return rows, rows if every <= 1 else None
+
+
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult:
     """Progressive validation on the pass, training on it, then its checkpoint (a delta, or
     a base every ``base_every_passes``): the pass counts as trained once the save is durable."""
     started_at = time.time()
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     manifest = read_manifest(directory)
+    schema = ctx.cfg.feature_schema
     files = [str(directory / p.file) for p in manifest.parts]
+    if any(label.emit == "after_wait" for label in schema.labels):
+        # the matured rows train the delay models (their kind keeps them out of the
+        # tasks' losses and metrics)
+        files += [str(directory / p.file) for p in manifest.matured_parts]
     seconds: dict[str, float] = {}
     runner = ctx.cfg.model.runner
     every = progressive_every(runner.progressive, manifest.rows, runner.progressive_rows)
@@ -180,12 +203,12 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
     tests = {t: metrics_from_stats(*s) for t, s in (tested or trained).items()}
     trains = {t: metrics_from_stats(*s) for t, s in trained.items()}
     train, test = trains[main], tests[main]
-    scored = sampled_rows([p.rows for p in manifest.parts], max(every, 1))
-    counts_match = test.count == scored and train.count == manifest.rows
+    trains_on, scored = _expected_counts(manifest, main, every, bool(schema.fresh_labels))
+    counts_match = train.count == trains_on and (scored is None or test.count == scored)
     if not counts_match:
         log.error(
             "pass %s: scored %d rows (expected %d) and trained on %d, the manifest has %d",
-            *(pass_id, test.count, scored, train.count, manifest.rows),
+            *(pass_id, test.count, scored, train.count, trains_on),
         )
     result = TrainResult(  # its contract checked before the save makes the pass count
         pass_id=pass_id,

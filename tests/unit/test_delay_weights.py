@@ -1,0 +1,48 @@
+"""The delay-corrected loss's weights: at the true probability the weighted log loss of the
+rows a policy writes has zero gradient, and without the weights it does not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trainers.delay_weights import esdfm_weight, fnw_weight
+
+
+def _gradient(q: float, rows: list[tuple[float, float, float]]) -> float:
+    """d/dlogit of sum(mass * weight * logloss(q; y)) over (mass, y, weight) rows."""
+    return sum(mass * weight * (q - y) for mass, y, weight in rows)
+
+
+@pytest.mark.parametrize("p", [0.01, 0.1, 0.4])
+def test_fnw_weights_make_the_true_probability_the_fixed_point(p: float) -> None:
+    # at_once: every impression once as a negative, each positive again as a duplicate
+    rows = [(1.0, 0.0, fnw_weight(0.0, p)), (p, 1.0, fnw_weight(1.0, p))]
+    assert _gradient(p, rows) == pytest.approx(0.0, abs=1e-12)
+    unweighted = [(m, y, 1.0) for m, y, _ in rows]
+    assert abs(_gradient(p, unweighted)) > 0.5 * p * p  # the fake negatives bias it
+    # unweighted, the fixed point is p / (1 + p): the bias the weights remove
+    assert _gradient(p / (1 + p), unweighted) == pytest.approx(0.0, abs=1e-12)
+
+
+@pytest.mark.parametrize(("p", "delayed"), [(0.05, 0.3), (0.2, 0.6), (0.5, 0.1)])
+def test_esdfm_weights_make_the_true_probability_the_fixed_point(p: float, delayed: float) -> None:
+    # after_wait: a row at the wait (positive if the label came by then), a duplicate for
+    # a positive that came later; the delay models at their true values
+    p_dp = p * delayed
+    p_rn = (1 - p) / (1 - p + p_dp)
+    rows = [
+        (p * (1 - delayed), 1.0, esdfm_weight(1.0, p_dp, p_rn)),
+        (1 - p + p_dp, 0.0, esdfm_weight(0.0, p_dp, p_rn)),
+        (p_dp, 1.0, esdfm_weight(1.0, p_dp, p_rn)),
+    ]
+    assert _gradient(p, rows) == pytest.approx(0.0, abs=1e-12)
+    unweighted = [(m, y, 1.0) for m, y, _ in rows]
+    assert abs(_gradient(p, unweighted)) > 0.1 * p * p_dp
+
+
+def test_the_weights_work_on_arrays() -> None:
+    y = np.array([0.0, 1.0])
+    p = np.array([0.2, 0.2])
+    assert fnw_weight(y, p).tolist() == pytest.approx([0.96, 1.2])
+    assert esdfm_weight(y, p, np.array([0.5, 0.5])).tolist() == pytest.approx([0.6, 1.2])
