@@ -45,7 +45,7 @@ from streamrec.config import ELAPSED_COLUMN, delay_column, kind_column
 from streamrec.passes import RowKind, compose_pass_id, window_ms
 
 IMPRESSIONS = "impressions"
-NEVER = -(2**63)
+NEVER = -(2**62)  # before any event time, and below it by any delay still an int64
 
 
 @dataclass

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 DENSE_VAR = "dense"
 LABEL_VAR = "label"
+ROW_VAR = "row_index"  # fresh labels: <file number> << 32 | <row>, to find a scored row again
+ROW_FILE_SHIFT = 32
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ class ReaderLayout:
     dense: tuple[str, ...]
     labels: tuple[str, ...] = (LABEL_VAR,)
     rows: tuple[str, ...] = ()  # fresh labels: each row's kinds and delays, as floats
+    row_index: bool = False  # fresh labels: each row's index (``ROW_VAR``) last
 
     @classmethod
     def from_schema(cls, schema: SchemaConfig) -> ReaderLayout:
@@ -68,11 +71,13 @@ class ReaderLayout:
             tuple(d.name for d in schema.dense),
             tuple(schema.label_columns),
             tuple(schema.row_columns),
+            bool(schema.fresh_labels),
         )
 
     def to_arg(self) -> str:
         layout = {"sparse": self.sparse, "dense": self.dense, "labels": self.labels}
-        return json.dumps(layout | {"rows": self.rows}, separators=(",", ":"))
+        layout |= {"rows": self.rows, "row_index": self.row_index}
+        return json.dumps(layout, separators=(",", ":"))
 
     @classmethod
     def from_arg(cls, arg: str) -> ReaderLayout:
@@ -82,13 +87,17 @@ class ReaderLayout:
             tuple(raw["dense"]),
             tuple(raw["labels"]),
             tuple(raw["rows"]),
+            bool(raw["row_index"]),
         )
 
 
 def slot_order(schema: SchemaConfig) -> list[str]:
     """Names of the use_vars, in the order the text carries them."""
     dense = [DENSE_VAR] if schema.dense else []
-    return [s.name for s in schema.sparse] + dense + schema.label_columns + schema.row_columns
+    index = [ROW_VAR] if schema.fresh_labels else []
+    return (
+        [s.name for s in schema.sparse] + dense + schema.label_columns + schema.row_columns + index
+    )
 
 
 def _sign_text(slot: str, values: pa.Array, prefix: str = "") -> pa.Array:
@@ -121,10 +130,14 @@ def instance_ids(event_ids: pa.Array) -> pa.Array:
 
 
 def multislot_text(
-    table: pa.Table, layout: ReaderLayout | SchemaConfig, ins_id: bool = False
+    table: pa.Table,
+    layout: ReaderLayout | SchemaConfig,
+    ins_id: bool = False,
+    row_index: np.ndarray | None = None,
 ) -> bytes:
     """The MultiSlot text of ``table`` (pass columns), one line per row; with ``ins_id``
-    each line starts with ``1 <instance id>`` (datasets that ``set_parse_ins_id``)."""
+    each line starts with ``1 <instance id>`` (datasets that ``set_parse_ins_id``); a
+    layout with a row index ends each line with ``1 <its row_index>`` (default: its row)."""
     if not isinstance(layout, ReaderLayout):
         layout = ReaderLayout.from_schema(layout)
     n = table.num_rows
@@ -155,6 +168,9 @@ def multislot_text(
         columns += ["1", table[label].combine_chunks().cast(pa.string())]
     for column in layout.rows:
         columns += ["1", table[column].combine_chunks().cast(pa.string())]
+    if layout.row_index:
+        index = np.arange(n) if row_index is None else row_index
+        columns += ["1", pa.array(index, pa.int64()).cast(pa.string())]
     columns.append("\n")
     lines = pc.binary_join_element_wise(*columns[:-1], " ")
     lines = pc.binary_join_element_wise(lines, "\n", "").cast(pa.large_string())
@@ -169,23 +185,29 @@ def convert(
     layout: ReaderLayout | SchemaConfig,
     ins_id: bool = False,
     every: int = 1,
+    row_base: int = 0,
 ) -> int:
     """Read one Parquet file from ``source``, write the MultiSlot text of every ``every``-th
-    row (the first, then each ``every`` rows on) to ``sink``; the rows written."""
+    row (the first, then each ``every`` rows on) to ``sink``; the rows written. A row index
+    counts the file's rows from ``row_base``, sampled or not."""
     # one thread: a pass is read file by file in parallel already, and Arrow's reader
     # threads can abort a short-lived reader process at exit (apache/arrow#34314)
     table = pq.read_table(pa.BufferReader(source.read()), use_threads=False)
+    rows = np.arange(0, table.num_rows, max(every, 1))
     if every > 1:
-        table = table.take(np.arange(0, table.num_rows, every))
-    sink.write(multislot_text(table, layout, ins_id))
+        table = table.take(rows)
+    sink.write(multislot_text(table, layout, ins_id, row_base + rows))
     return table.num_rows
 
 
-def convert_file(source: Path, target: Path, layout: ReaderLayout | SchemaConfig) -> int:
+def convert_file(
+    source: Path, target: Path, layout: ReaderLayout | SchemaConfig, row_base: int = 0
+) -> int:
     """Write the MultiSlot text of the Parquet file ``source`` to ``target``: a pass part
-    converted once, for several reads of it with ``text_command``; the rows written."""
+    converted once, for several reads of it with ``text_command`` (whose samples keep each
+    row's index); the rows written."""
     with open(source, "rb") as src, open(target, "wb") as sink:
-        return convert(src, sink, layout)
+        return convert(src, sink, layout, row_base=row_base)
 
 
 def text_command(every: int = 1) -> str:

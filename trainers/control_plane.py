@@ -342,6 +342,9 @@ class WorkerChannel:
             first = not reply.already_done
             pipe.set(self._keys.done(command.kind, command.pass_id), command.id, nx=not first)
             record(pipe, self._keys, command.pass_id, PassField(command.kind), reply)
+        if isinstance(reply, TrainResult):  # earlier passes it judged on their final labels
+            for matured in reply.matured:
+                record(pipe, self._keys, matured.pass_id, PassField.MATURED, matured)
         pipe.execute()
 
     def forget_done_after(self, pass_id: str) -> list[str]:

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streaming.pipe_reader import DENSE_VAR
+from streaming.pipe_reader import DENSE_VAR, ROW_VAR
 from streamrec.config import (
     ModelConfig,
     SchemaConfig,
@@ -59,6 +59,7 @@ class ModelGraph:
     # its click) is also measured on the rows where that label is 1, its probability
     # divided by the given head's (p(conversion | click) on the clicked rows)
     conditionals: dict[str, tuple[str, str]]
+    row_index: str | None = None  # fresh labels: the var naming each row (``ROW_VAR``)
 
     @property
     def main(self) -> TaskGraph:
@@ -157,6 +158,8 @@ def _inputs(paddle: Any, schema: SchemaConfig, tables: dict[str, SparseTableSpec
     names = [label.name for label in schema.labels]
     kinds = {n: rows[kind_column(n)] for n in names if kind_column(n) in rows}
     delays = {n: rows[delay_column(n)] for n in names if delay_column(n) in rows}
+    if schema.fresh_labels:  # which row each score is of, for the matured metrics
+        use_vars.append(paddle.static.data(name=ROW_VAR, shape=[-1, 1], dtype="int64"))
     dims = {s.name: table_of[s.name].dim for s in schema.sparse}
     network = NetworkInputs(pooled, sequences, dense, dims)
     return _Inputs(use_vars, network, labels, kinds, delays)
@@ -238,4 +241,5 @@ def build_model(schema: SchemaConfig, model: ModelConfig) -> ModelGraph:
             for label in schema.labels
             if label.requires in tasks and label.name in tasks
         },
+        row_index=ROW_VAR if schema.fresh_labels else None,
     )

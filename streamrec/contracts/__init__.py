@@ -16,6 +16,7 @@ _EXPORTS = {
     "GateDecision": "streamrec.contracts.delivery",
     "LayerSummary": "streamrec.contracts.delivery",
     "MaintainReply": "streamrec.contracts.training",
+    "MaturedMetrics": "streamrec.contracts.training",
     "NodeBeat": "streamrec.contracts.cluster",
     "PassField": "streamrec.contracts.pass_status",
     "PassMetrics": "streamrec.contracts.training",

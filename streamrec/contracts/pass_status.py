@@ -1,7 +1,8 @@
 """The per-pass status record in Redis (``RedisKeys.pass_status``): one hash per pass,
 a field per step that finished on it, each field one contract's JSON. Three stages write
-it (the cluster: train, maintain, export; delivery: gate, delivered; the catch-up:
-caught_up, superseded), all through ``record``; every reader gets a ``PassStatus``."""
+it (the cluster: train, maintain, export, and matured when a later pass's training judged
+it on its final labels; delivery: gate, delivered; the catch-up: caught_up, superseded),
+all through ``record``; every reader gets a ``PassStatus``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ from redis.client import Pipeline
 
 from streamrec.contracts.catch_up import CaughtUp, Superseded
 from streamrec.contracts.delivery import Delivery, GateDecision
-from streamrec.contracts.training import ExportReply, MaintainReply, TrainResult
+from streamrec.contracts.training import (
+    ExportReply,
+    MaintainReply,
+    MaturedMetrics,
+    TrainResult,
+)
 from streamrec.contracts.wire import Contract
 from streamrec.errors import ContractError
 from streamrec.redis_keys import RedisKeys
@@ -31,6 +37,7 @@ class PassField(StrEnum):
     DELIVERED = "delivered"  # its version serves (Delivery)
     CAUGHT_UP = "caught_up"  # another run's catch-up claimed it (CaughtUp)
     SUPERSEDED = "superseded"  # trained, never exported: a newer pass is (Superseded)
+    MATURED = "matured"  # judged again on its final labels (MaturedMetrics)
 
 
 CONTRACT: dict[PassField, type[Contract]] = {
@@ -41,6 +48,7 @@ CONTRACT: dict[PassField, type[Contract]] = {
     PassField.DELIVERED: Delivery,
     PassField.CAUGHT_UP: CaughtUp,
     PassField.SUPERSEDED: Superseded,
+    PassField.MATURED: MaturedMetrics,
 }
 _NAMES = frozenset(f.value for f in PassField)
 log = logging.getLogger(__name__)
@@ -57,6 +65,7 @@ class PassStatus(Contract):
     delivered: Delivery | None = None
     caught_up: CaughtUp | None = None
     superseded: Superseded | None = None
+    matured: MaturedMetrics | None = None
 
     @classmethod
     def from_hash(cls, pass_id: str, fields: Mapping[str, str]) -> PassStatus:

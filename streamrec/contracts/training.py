@@ -113,6 +113,16 @@ class TaskResult(Contract):
     intercept: InterceptRefit | None = None
 
 
+class MaturedMetrics(Contract):
+    """A pass trained before its labels were final, judged again once they were: each
+    task's metrics on its observed rows' final labels (its progressive scores, the labels
+    its windows closed on)."""
+
+    pass_id: str  # the pass judged
+    judged_in: str  # the pass whose training judged it: its impressions matured by then
+    tasks: dict[str, PassMetrics]  # label name -> its metrics, the main task first
+
+
 class TrainResult(Repeat):
     """What training one pass did and measured."""
 
@@ -134,6 +144,8 @@ class TrainResult(Repeat):
     tasks: dict[str, TaskResult] = Field(
         default_factory=dict
     )  # label name -> a further task's (multi-task networks)
+    # the passes this one's matured rows finished judging (a schema with fresh labels)
+    matured: list[MaturedMetrics] = Field(default_factory=list)
     started_at: float  # epoch seconds
     trained_at: float
     # the save that made the pass durable; absent in a reply for a pass trained before

@@ -24,6 +24,7 @@ from streamrec.contracts.pass_status import (
 from streamrec.contracts.training import (
     ExportReply,
     MaintainReply,
+    MaturedMetrics,
     PassMetrics,
     Progressive,
     ReaderType,
@@ -52,6 +53,11 @@ def _values(train_result) -> list:
         Superseded(by="202601010020", delivers=True),
         CatchUp(pass_id=P, trained=(P,), decision=gate),
         DayEnd(maintain=maintained, retention=RetentionRun(pass_id=P, retention=False)),
+        MaturedMetrics(
+            pass_id=P,
+            judged_in="202601010110",
+            tasks={"click": PassMetrics(9, 0.7, 0.4, 1.0, 0.1, 0.2, 0.1, 0.1, 0.02)},
+        ),
     ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from streaming.pipe_reader import convert_file, text_command
+from streaming.pipe_reader import ROW_FILE_SHIFT, convert_file, text_command
 from streamrec.config import RunnerConfig
 from streamrec.layout import Layout
 from streamrec.passes import RowKind
@@ -47,6 +47,10 @@ def _reset_stats(ctx: WorkerContext) -> None:
 
 Stats = tuple[np.ndarray, np.ndarray, dict[str, float]]
 TaskStats = dict[str, Stats]  # task (label name) -> its stats, the main task first
+# what a read's caller keeps of each scored row: its index, per task (score, label) and kind
+KeepScores = Callable[
+    [np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]], dict[str, np.ndarray]], None
+]
 
 
 def accumulated_stats(task: TaskGraph) -> Stats:
@@ -137,7 +141,13 @@ def in_memory_dataset(
     return dataset
 
 
-def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> TaskStats:
+def run_read(
+    ctx: WorkerContext,
+    dataset: Any,
+    phase: str,
+    threads: int,
+    keep: KeepScores | None = None,
+) -> TaskStats:
     """Score (``phase`` "test") or train on this worker's part of the pass, then each
     task's global buckets and sums (``metrics_from_stats`` makes them metrics). With one
     reader thread they come from the graph's accumulators; with more, from every instance's
@@ -153,6 +163,9 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Task
     # a conditional task needs each row's scores, a fresh label the rows that train it:
     # dumped, as several threads need them too
     dumped = threads > 1 or bool(conditionals) or bool(kinds)
+    indexed = keep is not None and ctx.graph.row_index is not None
+    if indexed:
+        fields.append(ctx.graph.row_index)
     point_dump(program, fields, dump if dumped else None)
     _reset_stats(ctx)
     rounds = ctx.sync if phase == "train" else None
@@ -174,9 +187,12 @@ def run_read(ctx: WorkerContext, dataset: Any, phase: str, threads: int) -> Task
     # each task is measured on the rows that train it (with a fresh label: observed rows
     # and duplicates; else every row)
     trained = {name: np.ones(len(scores[name][0]), dtype=bool) for name in tasks}
-    if kinds:
-        for name, kind in zip(tasks, values[2 * len(tasks) :], strict=True):
-            trained[name] = (kind > RowKind.ABSENT) & (kind < RowKind.MATURED)
+    kind_values = values[2 * len(tasks) : 2 * len(tasks) + len(kinds)]
+    row_kinds = dict(zip(tasks, kind_values, strict=False))  # none without fresh labels
+    for name, kind in row_kinds.items():
+        trained[name] = (kind > RowKind.ABSENT) & (kind < RowKind.MATURED)
+    if indexed and keep is not None:
+        keep(values[-1].astype(np.int64), scores, row_kinds)
     local = {
         name: stats_from_predictions(p[trained[name]], y[trained[name]], AUC_BUCKETS)
         for name, (p, y) in scores.items()
@@ -206,9 +222,15 @@ def sampled_rows(parts: list[int], every: int) -> int:
 
 
 @contextmanager
-def as_text(ctx: WorkerContext, parts: list[str], seconds: dict[str, float]) -> Iterator[list[str]]:
+def as_text(
+    ctx: WorkerContext,
+    parts: list[str],
+    seconds: dict[str, float],
+    numbers: list[int] | None = None,
+) -> Iterator[list[str]]:
     """This worker's ``parts`` of a pass converted to MultiSlot text once, in local files
-    that every read of the pass streams (``text_command``), removed after the pass."""
+    that every read of the pass streams (``text_command``), removed after the pass;
+    ``numbers``: each part's number in the pass (its rows' indexes, with fresh labels)."""
     root = Layout.of(ctx.cfg.paths).pass_text(ctx.rank)
     shutil.rmtree(root, ignore_errors=True)  # left by a worker killed mid-pass
     root.mkdir(parents=True)
@@ -216,7 +238,12 @@ def as_text(ctx: WorkerContext, parts: list[str], seconds: dict[str, float]) -> 
     try:
         with ctx.stage("convert", seconds), ThreadPoolExecutor(reader_threads(ctx, parts)) as pool:
             schema = ctx.cfg.feature_schema
-            list(pool.map(lambda a, b: convert_file(Path(a), Path(b), schema), parts, texts))
+            bases = [n << ROW_FILE_SHIFT for n in numbers or range(len(parts))]
+            list(
+                pool.map(
+                    lambda a, b, n: convert_file(Path(a), Path(b), schema, n), parts, texts, bases
+                )
+            )
         yield texts
     finally:
         shutil.rmtree(root, ignore_errors=True)

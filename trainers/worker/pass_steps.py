@@ -23,6 +23,7 @@ import logging
 import math
 import shutil
 import time
+from functools import partial
 from typing import Any
 from urllib.parse import unquote
 
@@ -39,7 +40,9 @@ from trainers.metrics import metrics_from_stats
 from trainers.worker import dense_tables
 from trainers.worker.instance_dump import point_dump, read_dump_with_ids
 from trainers.worker.intercept import add_to_bias, intercept_shift
+from trainers.worker.matured import judge, pass_files, predictions_path, write_predictions
 from trainers.worker.pass_reads import (
+    KeepScores,
     TaskStats,
     as_text,
     in_memory_dataset,
@@ -64,6 +67,7 @@ def _test_then_train(
     every: int,
     batch: int,
     seconds: dict[str, float],
+    keep: KeepScores | None = None,
 ) -> tuple[TaskStats | None, TaskStats]:
     """Progressive validation and training on this worker's files of the pass.
 
@@ -82,10 +86,14 @@ def _test_then_train(
         if every:
             with ctx.stage("test", seconds):
                 sample = queue_dataset(ctx, files, threads, scoring, every) if files else None
-                test = run_read(ctx, sample, "test", threads)
+                test = run_read(ctx, sample, "test", threads, keep)
         with ctx.stage("train", seconds):
             train = run_read(
-                ctx, queue_dataset(ctx, files, threads, batch) if files else None, "train", threads
+                ctx,
+                queue_dataset(ctx, files, threads, batch) if files else None,
+                "train",
+                threads,
+                None if every else keep,
             )
         return test, train
     test = None
@@ -93,7 +101,7 @@ def _test_then_train(
         with ctx.stage("test", seconds):
             sample = in_memory_dataset(ctx, files, threads, text_command(every), scoring)
             try:
-                test = run_read(ctx, sample, "test", threads)
+                test = run_read(ctx, sample, "test", threads, keep)
             finally:
                 sample.release_memory()
     # InMemoryDataset: read the pass once, score it in file order, then shuffle it across
@@ -103,11 +111,11 @@ def _test_then_train(
     try:
         if every == 1:
             with ctx.stage("test", seconds):
-                test = run_read(ctx, dataset, "test", threads)
+                test = run_read(ctx, dataset, "test", threads, keep)
         with ctx.stage("shuffle", seconds):
             dataset.global_shuffle(fleet)
         with ctx.stage("train", seconds):
-            train = run_read(ctx, dataset, "train", threads)
+            train = run_read(ctx, dataset, "train", threads, None if every else keep)
     finally:
         dataset.release_memory()
     return test, train
@@ -179,20 +187,23 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     manifest = read_manifest(directory)
     schema = ctx.cfg.feature_schema
-    files = [str(directory / p.file) for p in manifest.parts]
-    if any(label.emit == "after_wait" for label in schema.labels):
-        # the matured rows train the delay models (their kind keeps them out of the
-        # tasks' losses and metrics)
-        files += [str(directory / p.file) for p in manifest.matured_parts]
+    # with an after_wait label, the matured rows too: they train its delay models (their
+    # kind keeps them out of the tasks' losses and metrics)
+    files = pass_files(ctx.cfg, manifest)
+    keep = None
+    if schema.fresh_labels:  # the progressive scores, for the matured metrics
+        path = predictions_path(ctx.cfg, pass_id, ctx.rank, ctx.workers)
+        keep = partial(write_predictions, path)
     seconds: dict[str, float] = {}
     runner = ctx.cfg.model.runner
     every = progressive_every(runner.progressive, manifest.rows, runner.progressive_rows)
-    with as_text(ctx, files[ctx.rank :: ctx.workers], seconds) as mine:
+    numbers = list(range(ctx.rank, len(files), ctx.workers))
+    with as_text(ctx, files[ctx.rank :: ctx.workers], seconds, numbers) as mine:
         # changing the thread count between runs of one process aborts Paddle (a CHECK in
         # dist_multi_trainer), so every read of the pass shares ``threads``
         threads = reader_threads(ctx, mine)
         batch = training_batch_size(runner, math.ceil(manifest.rows / ctx.workers))
-        tested, trained = _test_then_train(ctx, mine, threads, every, batch, seconds)
+        tested, trained = _test_then_train(ctx, mine, threads, every, batch, seconds, keep)
         averaged, refits = None, {}
         if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's
             with ctx.stage("average", seconds):
@@ -210,6 +221,8 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
             "pass %s: scored %d rows (expected %d) and trained on %d, the manifest has %d",
             *(pass_id, test.count, scored, train.count, trains_on),
         )
+    with ctx.stage("matured", seconds):
+        matured = judge(ctx, pass_id)
     result = TrainResult(  # its contract checked before the save makes the pass count
         pass_id=pass_id,
         rows=manifest.rows,
@@ -229,6 +242,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
         tasks={
             t: TaskResult(test=tests[t], train=trains[t], intercept=refits.get(t)) for t in others
         },
+        matured=[matured] if matured is not None else [],
         started_at=started_at,  # epoch seconds: scheduling latency and freshness
         trained_at=time.time(),
     )

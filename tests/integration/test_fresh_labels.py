@@ -1,0 +1,224 @@
+"""Labels written before their window closes, through ``streamrec produce``, a
+``streamrec build-passes`` SIGKILLed several times, and ``streamrec cluster``.
+
+The ``examples/conversions`` stream (ESMM: a click head and a conversion head) with its
+click ``at_once`` (a negative at once, a duplicate positive when the click comes, within
+60 s) and its conversion ``after_wait`` 5 minutes (the label as of then, a duplicate for a
+later one, within 20 minutes; a conversion requires its click). The generator is seeded,
+so the test redraws every impression's click and conversion times and knows each row the
+builder must write, in which pass, by event id. The cluster trains the passes; each pass
+is judged again on its final labels two passes later (20 minutes): those matured metrics
+must equal numpy's on the cluster's own progressive scores and the generator's labels.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from cli_cluster import cli_cluster
+
+from streaming.producer import synthetic_passes
+from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
+from streamrec.config.cluster import PathConfig
+from streamrec.layout import Layout
+from streamrec.passes import RowKind, compose_pass_id, next_pass_id, pass_dir, read_manifest
+from trainers.metrics import exact_auc
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversions"
+CLI = str(Path(sys.executable).with_name("streamrec"))
+FIRST = "202609010000"
+PASSES = 4  # produced; the matured rows of the last come two passes later
+CLICK_S, WAIT_S, CONVERSION_S = 60, 300, 1200
+
+
+def _config(services, root: Path) -> PipelineConfig:
+    suffix = uuid.uuid4().hex[:8]
+    cfg = with_services(
+        load_config(EXAMPLE / "pipeline.yaml"), services.bootstrap_servers, services.redis_url
+    )
+    data = cfg.model_dump(mode="json", by_alias=True)
+    data["model"] = yaml.safe_load((EXAMPLE / "model_esmm.yaml").read_text())
+    fs = data["schema"]
+    click, conversion = fs["labels"]
+    labels = [
+        {**click, "topic": f"clicks-{suffix}", "window_seconds": CLICK_S, "emit": "at_once"},
+        {
+            **conversion,
+            "topic": f"conversions-{suffix}",
+            "window_seconds": CONVERSION_S,
+            "emit": "after_wait",
+            "wait_seconds": WAIT_S,
+        },
+    ]
+    return derived(
+        PipelineConfig.model_validate(data),
+        "the conversions example, labels written early, on the test's services",
+        name=f"fresh{suffix}",
+        schema={**fs, "labels": labels},
+        kafka={"impressions_topic": f"impressions-{suffix}", "session_timeout_ms": 6000},
+        passes={"allowed_lateness_seconds": 10, "idle_partition_seconds": 3, "parts_per_pass": 2},
+        paths=PathConfig.under(root),
+        synthetic={
+            "events_per_pass": 3000,
+            "click_delay_seconds": 20,
+            "conversion": {"delay_median_seconds": 240, "delay_sigma": 1.0},
+        },
+    )
+
+
+def _after(pass_id: str, n: int) -> str:
+    for _ in range(n):
+        pass_id = next_pass_id(pass_id, 10)
+    return pass_id
+
+
+def _window(ms: int) -> str:
+    return compose_pass_id(int(ms), 10)
+
+
+def _implied(cfg: PipelineConfig) -> tuple[Counter[tuple], dict[str, tuple[int, int]]]:
+    """Every row the generator's events imply, as (event_id, kind_click, kind_conversion,
+    label, label_conversion, pass or "matured@<pass>"); and each impression's final
+    labels (click, conversion)."""
+    rows: Counter[tuple] = Counter()
+    final = {}
+    for batch in [b for _, b in synthetic_passes(cfg, FIRST, PASSES)][:PASSES]:
+        for event, click, conv in zip(
+            batch.events, batch.click_times, batch.conversion_times, strict=True
+        ):
+            e, t = event["event_id"], event["event_time"]
+            clicked = 0 <= click - t <= CLICK_S * 1000
+            converted = clicked and conv >= 0 and conv - t <= CONVERSION_S * 1000
+            waited = converted and conv - t <= WAIT_S * 1000
+            rows[(e, 1, 0, 0, 0, _window(t))] += 1
+            rows[(e, 0, 1, 0, int(waited), _window(t + WAIT_S * 1000))] += 1
+            if clicked:
+                rows[(e, 2, 0, 1, 0, _window(click))] += 1
+            if converted and not waited:
+                rows[(e, 0, 2, 0, 1, _window(conv))] += 1
+            rows[(e, 3, 3, int(clicked), int(converted), f"matured@{_window(t + 1_200_000)}")] += 1
+            final[e] = (int(clicked), int(converted))
+    return rows, final
+
+
+def _written(cfg: PipelineConfig, through: str, ids: set[str]) -> Counter[tuple]:
+    """The rows of every pass from FIRST through ``through`` of the impressions ``ids``."""
+    written: Counter[tuple] = Counter()
+    columns = ["event_id", "kind_click", "kind_conversion", "label", "label_conversion"]
+    pass_id = FIRST
+    while pass_id <= through:
+        directory = pass_dir(cfg.paths.data_root, pass_id)
+        manifest = read_manifest(directory)
+        for parts, where in (
+            (manifest.parts, pass_id),
+            (manifest.matured_parts, f"matured@{pass_id}"),
+        ):
+            for part in parts:
+                for row in pq.read_table(directory / part.file, columns=columns).to_pylist():
+                    if row["event_id"] in ids:
+                        written[(*row.values(), where)] += 1
+        pass_id = next_pass_id(pass_id, 10)
+    return written
+
+
+def _build_with_kills(config: Path, cfg: PipelineConfig, until: str) -> int:
+    rng = random.Random(58)
+    slices = Path(cfg.paths.data_root) / "slices"
+    kills, deadline = 0, time.monotonic() + 300
+    while not (pass_dir(cfg.paths.data_root, until) / "_SUCCESS").exists():
+        assert time.monotonic() < deadline, "the builder did not finish"
+        proc = subprocess.Popen(
+            [CLI, "build-passes", "--config", str(config), "--until-pass", until],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        if kills < 4:
+            target = len(list(slices.glob("*/*/p*/_SUCCESS"))) + rng.randint(1, 3)
+            while proc.poll() is None and len(list(slices.glob("*/*/p*/_SUCCESS"))) < target:
+                time.sleep(0.002)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+        proc.wait(timeout=300)
+    return kills
+
+
+def _scored(cfg: PipelineConfig, pass_id: str) -> dict[str, np.ndarray]:
+    """The cluster's progressive scores of ``pass_id``: event id, p_click, p_conversion,
+    each task's row kind (files as the cluster numbered them: parts, then matured parts)."""
+    directory = pass_dir(cfg.paths.data_root, pass_id)
+    manifest = read_manifest(directory)
+    files = [directory / p.file for p in [*manifest.parts, *manifest.matured_parts]]
+    ids = [pq.read_table(f, columns=["event_id"])["event_id"].to_pylist() for f in files]
+    folder = Layout.of(cfg.paths).scores_dir(pass_id, "progressive")
+    table = pq.read_table(sorted(folder.glob("worker-*.parquet"))).to_pydict()
+    rows = np.array(table.pop("row"))
+    table["event_id"] = [ids[r >> 32][r & 0xFFFFFFFF] for r in rows.tolist()]
+    return {k: np.array(v) for k, v in table.items()}
+
+
+def test_fresh_rows_are_written_once_and_judged_again_on_their_final_labels(
+    services, tmp_path: Path
+) -> None:
+    cfg = _config(services, tmp_path)
+    config = dump_config(cfg, tmp_path / "fresh.yaml")
+    produce = ["produce", "--config", str(config), "--synthetic", "--passes", str(PASSES)]
+    done = subprocess.run(
+        [CLI, *produce, "--start", FIRST],
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    through = _after(FIRST, PASSES + 1)  # the matured rows of the last produced pass
+    kills = _build_with_kills(config, cfg, through)
+    assert kills >= 3
+    implied, final = _implied(cfg)
+    written = _written(cfg, through, set(final))
+    assert written == implied, (
+        f"missing {sorted(implied - written)[:4]}, extra {sorted(written - implied)[:4]}"
+    )
+    kinds = Counter(k for row in implied for k in row[1:3])
+    assert kinds[RowKind.DUPLICATE] > 100 and kinds[RowKind.OBSERVED] > 1000  # both policies
+    manifests = [
+        read_manifest(pass_dir(cfg.paths.data_root, _after(FIRST, i))) for i in range(PASSES)
+    ]
+    click = [m.counts.labels["click"] for m in manifests]
+    assert sum(c.observed for c in click) == len(final)
+    assert all(c.open > 0 for c in click)  # impressions whose click could still come
+
+    passes = [_after(FIRST, i) for i in range(PASSES + 2)]
+    Path(cfg.paths.work_root).mkdir(parents=True, exist_ok=True)
+    with cli_cluster(config, env={"PYTHONPATH": str(EXAMPLE)}) as client:
+        results = [client.train(p) for p in passes]
+        statuses = {p: client.pass_status(p) for p in passes}
+    assert all(r.count_matches_manifest for r in results)
+    judged = [m.pass_id for r in results for m in r.matured]
+    assert judged == passes[:PASSES]  # each judged once, two passes (20 minutes) later
+    for pass_id in passes[:PASSES]:
+        matured = statuses[pass_id].matured
+        assert matured is not None and matured.judged_in == _after(pass_id, 2)
+        scored = _scored(cfg, pass_id)
+        for i, task in enumerate(("click", "conversion")):
+            observed = scored[f"kind_{task}"] == RowKind.OBSERVED
+            p = scored[f"p_{task}"][observed].astype(np.float64)
+            y = np.array([final[e][i] for e in scored["event_id"][observed]])
+            got = matured.tasks[task]
+            assert got.count == len(y) > 0
+            assert got.auc == pytest.approx(exact_auc(p, y), abs=2e-3)
+            q = np.clip(p, 1e-7, 1 - 1e-7)
+            logloss = float(-(y * np.log(q) + (1 - y) * np.log(1 - q)).mean())
+            assert got.logloss == pytest.approx(logloss, rel=1e-5)
+            assert got.copc == pytest.approx(y.sum() / p.sum(), rel=1e-5)
