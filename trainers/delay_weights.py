@@ -14,9 +14,11 @@ true labels (importance sampling; the weight carries no gradient):
 network: logistic regressions on the network's inputs (its pooled embeddings, sequences
 averaged, and the dense vector, without gradient into them), trained on the matured rows,
 whose labels are final. A label written after its window, or carried by the impression, has
-weight 1. A row trains a task only where its kind says observed or duplicate; matured rows
-train the delay models only. The weight formulas are written once for numpy arrays and
-Paddle variables alike (the unit test checks them on numbers).
+weight 1, and so has every row of a label whose ``loss_weights`` is none (the comparison
+that shows what the weights are worth). A row trains a task only where its kind says
+observed or duplicate; matured rows train the delay models only. The weight formulas are
+written once for numpy arrays and Paddle variables alike (the unit test checks them on
+numbers).
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ def weighted_task(
         paddle.logical_and(kind > RowKind.ABSENT + 0.5, kind < RowKind.DUPLICATE + 0.5), "float32"
     )
     extra = []
-    if spec.emit == "at_once":
+    if spec.loss_weights == "none":
+        weight = paddle.ones_like(y)
+    elif spec.emit == "at_once":
         weight = fnw_weight(y, paddle.nn.functional.sigmoid(logit))
     elif spec.emit == "after_wait":
         assert delay is not None  # the schema's row columns carry it

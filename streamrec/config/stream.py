@@ -239,6 +239,13 @@ class LabelSpec(_Strict):
         description="emit: after_wait: how long after its impression a row waits for this "
         "label; below window_seconds.",
     )
+    loss_weights: Literal["by_emit", "none"] = Field(
+        "by_emit",
+        description="emit: at_once or after_wait: by_emit weights each row's loss so the "
+        "model learns the true labels' probability (FNW for at_once, ES-DFM for "
+        "after_wait); none trains the rows as written, biased towards the labels seen so "
+        "far (to measure what the weights are worth).",
+    )
     strays: Literal["count", "dead_letter"] = Field(
         "count",
         description="Label events that label no row: after their window (late), repeated "

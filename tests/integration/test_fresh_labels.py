@@ -170,23 +170,25 @@ def _scored(cfg: PipelineConfig, pass_id: str) -> dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in table.items()}
 
 
-def test_fresh_rows_are_written_once_and_judged_again_on_their_final_labels(
-    services, tmp_path: Path
-) -> None:
-    cfg = _config(services, tmp_path)
-    config = dump_config(cfg, tmp_path / "fresh.yaml")
+@pytest.fixture(scope="module")
+def built(services, tmp_path_factory: pytest.TempPathFactory):
+    """The stream produced by ``streamrec produce`` and cut by ``streamrec build-passes``,
+    SIGKILLed four times; its config, the kills, and each impression's final labels."""
+    root = tmp_path_factory.mktemp("fresh")
+    cfg = _config(services, root)
+    config = dump_config(cfg, root / "fresh.yaml")
     produce = ["produce", "--config", str(config), "--synthetic", "--passes", str(PASSES)]
-    done = subprocess.run(
-        [CLI, *produce, "--start", FIRST],
-        capture_output=True,
-        timeout=300,
-    )
+    done = subprocess.run([CLI, *produce, "--start", FIRST], capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    through = _after(FIRST, PASSES + 1)  # the matured rows of the last produced pass
-    kills = _build_with_kills(config, cfg, through)
+    kills = _build_with_kills(config, cfg, _after(FIRST, PASSES + 1))
+    return cfg, kills
+
+
+def test_fresh_rows_are_written_once_by_event_id_however_often_the_builder_dies(built) -> None:
+    cfg, kills = built
     assert kills >= 3
     implied, final = _implied(cfg)
-    written = _written(cfg, through, set(final))
+    written = _written(cfg, _after(FIRST, PASSES + 1), set(final))
     assert written == implied, (
         f"missing {sorted(implied - written)[:4]}, extra {sorted(written - implied)[:4]}"
     )
@@ -197,20 +199,55 @@ def test_fresh_rows_are_written_once_and_judged_again_on_their_final_labels(
     ]
     click = [m.counts.labels["click"] for m in manifests]
     assert sum(c.observed for c in click) == len(final)
+    end = _after(FIRST, PASSES)
+    assert sum(c.duplicates for c in click) == sum(
+        n for row, n in implied.items() if row[1] == RowKind.DUPLICATE and row[5] < end
+    )
     assert all(c.open > 0 for c in click)  # impressions whose click could still come
 
+
+def _trained_by(cfg: PipelineConfig, weights: str, root: Path) -> Path:
+    """``cfg``'s passes, trained with every label's ``loss_weights`` set to ``weights``, in
+    folders (and Redis keys) of its own."""
+    data = cfg.model_dump(mode="json", by_alias=True)
+    data["schema"]["labels"] = [{**x, "loss_weights": weights} for x in data["schema"]["labels"]]
+    data["name"] = f"{cfg.name}-{weights.replace('_', '')}"
+    data["paths"] = {
+        **PathConfig.under(root).model_dump(mode="json"),
+        "data_root": str(cfg.paths.data_root),
+    }
+    trained = PipelineConfig.model_validate(data)
+    Path(trained.paths.work_root).mkdir(parents=True, exist_ok=True)
+    return dump_config(trained, root / "pipeline.yaml")
+
+
+@pytest.mark.parametrize("weights", ["by_emit", "none"])
+def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate(
+    built, weights: str, tmp_path: Path
+) -> None:
+    """Each pass's matured metrics equal numpy's on the cluster's progressive scores and
+    the generator's final labels. The click (at_once) is calibrated on its true labels
+    with the weights: the pooled matured COPC of passes 2-4 is within a bar of 1 derived
+    from the sampling error (four standard errors of the pooled ratio, doubled in variance
+    for the intercept refit's own pass of the same size); without them the model learns
+    the rate of the rows written, p / (1 + p), and the COPC rises past the bar by about
+    the click rate (0.23 here)."""
+    cfg, _ = built
+    config = _trained_by(cfg, weights, tmp_path)
+    _, final = _implied(cfg)
     passes = [_after(FIRST, i) for i in range(PASSES + 2)]
-    Path(cfg.paths.work_root).mkdir(parents=True, exist_ok=True)
     with cli_cluster(config, env={"PYTHONPATH": str(EXAMPLE)}) as client:
         results = [client.train(p) for p in passes]
         statuses = {p: client.pass_status(p) for p in passes}
     assert all(r.count_matches_manifest for r in results)
     judged = [m.pass_id for r in results for m in r.matured]
     assert judged == passes[:PASSES]  # each judged once, two passes (20 minutes) later
-    for pass_id in passes[:PASSES]:
+    clicks, predicted, variance = 0.0, 0.0, 0.0
+    trained = load_config(config)
+    for n, pass_id in enumerate(passes[:PASSES]):
         matured = statuses[pass_id].matured
         assert matured is not None and matured.judged_in == _after(pass_id, 2)
-        scored = _scored(cfg, pass_id)
+        scored = _scored(trained, pass_id)
         for i, task in enumerate(("click", "conversion")):
             observed = scored[f"kind_{task}"] == RowKind.OBSERVED
             p = scored[f"p_{task}"][observed].astype(np.float64)
@@ -222,3 +259,13 @@ def test_fresh_rows_are_written_once_and_judged_again_on_their_final_labels(
             logloss = float(-(y * np.log(q) + (1 - y) * np.log(1 - q)).mean())
             assert got.logloss == pytest.approx(logloss, rel=1e-5)
             assert got.copc == pytest.approx(y.sum() / p.sum(), rel=1e-5)
+            if task == "click" and n >= 1:  # the first pass met an untrained model
+                clicks, predicted = clicks + y.sum(), predicted + p.sum()
+                variance += float((p * (1 - p)).sum())
+    copc = clicks / predicted
+    bar = 4 * np.sqrt(2 * variance) / predicted
+    print(weights, "pooled matured click COPC", round(copc, 4), "bar", round(bar, 4))
+    if weights == "by_emit":
+        assert abs(copc - 1) < bar
+    else:
+        assert copc - 1 > bar

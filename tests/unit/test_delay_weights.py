@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from trainers.delay_weights import esdfm_weight, fnw_weight
+from trainers.worker.intercept import intercept_shift
 
 
 def _gradient(q: float, rows: list[tuple[float, float, float]]) -> float:
@@ -46,3 +47,20 @@ def test_the_weights_work_on_arrays() -> None:
     p = np.array([0.2, 0.2])
     assert fnw_weight(y, p).tolist() == pytest.approx([0.96, 1.2])
     assert esdfm_weight(y, p, np.array([0.5, 0.5])).tolist() == pytest.approx([0.6, 1.2])
+
+
+def test_the_weighted_refit_finds_the_true_rate_under_fake_negatives() -> None:
+    """Rows written at_once with true rate 0.2, all scored 0.5: the FNW-weighted refit
+    moves the intercept to the true rate, the plain one to the rate of the rows seen."""
+    buckets, p, n = 4095, 0.2, 100_000
+    pos, neg = np.zeros(buckets + 1), np.zeros(buckets + 1)
+    middle = buckets // 2
+    neg[middle], pos[middle] = n, n * p  # every impression a negative, each positive again
+
+    def refitted(weight) -> float:
+        centre = (middle + 0.5) / buckets
+        logit = np.log(centre / (1 - centre)) + intercept_shift(pos, neg, weight=weight)
+        return float(1 / (1 + np.exp(-logit)))
+
+    assert refitted(fnw_weight) == pytest.approx(p, abs=1e-6)
+    assert refitted(None) == pytest.approx(p / (1 + p), abs=1e-6)

@@ -147,12 +147,15 @@ def run_read(
     phase: str,
     threads: int,
     keep: KeepScores | None = None,
+    on_final: frozenset[str] = frozenset(),
 ) -> TaskStats:
     """Score (``phase`` "test") or train on this worker's part of the pass, then each
     task's global buckets and sums (``metrics_from_stats`` makes them metrics). With one
     reader thread they come from the graph's accumulators; with more, from every instance's
     dumped predictions and labels (the threads race on the accumulators, see
-    ``instance_dump``). A score runs the forward-only program (``WorkerContext.scoring``)."""
+    ``instance_dump``). A score runs the forward-only program (``WorkerContext.scoring``).
+    With fresh labels each task is measured on the rows that train it, or (``on_final``)
+    on the matured rows; ``keep`` is handed each scored row's index, scores and kinds."""
     import paddle
 
     program = paddle.static.default_main_program() if phase == "train" else ctx.scoring
@@ -190,7 +193,10 @@ def run_read(
     kind_values = values[2 * len(tasks) : 2 * len(tasks) + len(kinds)]
     row_kinds = dict(zip(tasks, kind_values, strict=False))  # none without fresh labels
     for name, kind in row_kinds.items():
-        trained[name] = (kind > RowKind.ABSENT) & (kind < RowKind.MATURED)
+        if name in on_final:  # measured on the rows whose labels are final
+            trained[name] = kind == RowKind.MATURED
+        else:
+            trained[name] = (kind > RowKind.ABSENT) & (kind < RowKind.MATURED)
     if indexed and keep is not None:
         keep(values[-1].astype(np.int64), scores, row_kinds)
     local = {

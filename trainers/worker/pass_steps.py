@@ -36,6 +36,7 @@ from streamrec.contracts.training import ScoreReply, TaskResult, TrainResult
 from streamrec.layout import Layout
 from streamrec.passes import PassManifest, pass_dir, read_manifest
 from trainers.checkpoints import next_kind
+from trainers.delay_weights import fnw_weight
 from trainers.metrics import metrics_from_stats
 from trainers.worker import dense_tables
 from trainers.worker.instance_dump import point_dump, read_dump_with_ids
@@ -131,6 +132,13 @@ def _refit_intercept(
     runner = ctx.cfg.model.runner
     every = max(1, math.ceil(rows / runner.intercept_rows))
     scoring = scoring_batch_size(runner)
+    specs = {label.name: label for label in ctx.cfg.feature_schema.labels}
+    corrected = {n for n, x in specs.items() if x.loss_weights == "by_emit"}
+    # a fresh label's rows are not its true labels: an at_once head is refitted as its
+    # corrected loss would set it (the FNW-weighted sums equal), an after_wait head on the
+    # matured rows (its weights come row by row from the delay models)
+    on_final = frozenset(n for n in corrected if specs[n].emit == "after_wait")
+    weighted = {n for n in corrected if specs[n].emit == "at_once"}
     with ctx.stage("refit", seconds):
         if runner.reader_type == "QueueDataset":
             stats = run_read(
@@ -138,19 +146,18 @@ def _refit_intercept(
                 queue_dataset(ctx, files, threads, scoring, every) if files else None,
                 "test",
                 threads,
+                on_final=on_final,
             )
         else:  # an in-memory run loads its own sample, as the pass's reads load theirs
             dataset = in_memory_dataset(ctx, files, threads, text_command(every), scoring)
             try:
-                stats = run_read(ctx, dataset, "test", threads)
+                stats = run_read(ctx, dataset, "test", threads, on_final=on_final)
             finally:
                 dataset.release_memory()
-        # each head is refitted; a conditional task (a ratio of two heads) has no bias, and
-        # a fresh label's rows are not its true labels (their weights correct the loss, a
-        # refit to their positives would undo that)
-        fresh = {label.name for label in ctx.cfg.feature_schema.fresh_labels}
+        # each head is refitted; a conditional task (a ratio of two heads) has no bias
         shifts = {
-            task: intercept_shift(*stats[task][:2]) for task in ctx.graph.tasks if task not in fresh
+            task: intercept_shift(*stats[task][:2], weight=fnw_weight if task in weighted else None)
+            for task in ctx.graph.tasks
         }
         biases = {ctx.graph.tasks[task].logit_bias: shift for task, shift in shifts.items()}
         ctx.leader_only(lambda: add_to_bias(biases))
