@@ -54,7 +54,8 @@ WindowStats = dict[str, dict[str, dict[str, OnlineStats]]]
 
 
 def window_stats(cfg: PipelineConfig, pass_id: str) -> dict[str, dict[str, OnlineStats]]:
-    """Each served version's statistics per task over one pass's labelled rows (rows
+    """Each served version's statistics per task over one pass's labelled rows (its
+    matured rows, with labels written before their window closes; rows
     without a served version or score, e.g. not written by ``streamrec serve``, left out);
     empty for a pass not cut from the served log."""
     if not cfg.served_tasks:
@@ -63,7 +64,10 @@ def window_stats(cfg: PipelineConfig, pass_id: str) -> dict[str, dict[str, Onlin
     labels = {label.name: label_column(i, label.name) for i, label in enumerate(cfg.labels)}
     columns = [SERVED_VERSION, *labels.values(), *map(served_p_column, cfg.served_tasks)]
     out: dict[str, dict[str, OnlineStats]] = {}
-    for part in read_manifest(directory).parts:
+    manifest = read_manifest(directory)
+    # labels written before their window closes: each impression once, with its final labels
+    fresh = bool(cfg.feature_schema.fresh_labels)
+    for part in manifest.matured_parts if fresh else manifest.parts:
         path = directory / part.file
         if part.rows == 0 or SERVED_VERSION not in pq.read_schema(path).names:
             continue  # cut before the pipeline read the served log

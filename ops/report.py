@@ -51,16 +51,34 @@ def _task(name: str, figure: str) -> Callable[[PassRow], float | None]:
     return lambda r: ((r.tasks or {}).get(name) or {}).get(figure)
 
 
-def plots(freshness_target_seconds: float, tasks: Sequence[str] = ()) -> tuple[Plot, ...]:
+def _matured_task(name: str, figure: str) -> Callable[[PassRow], float | None]:
+    """Reads a further task's matured ``figure`` (auc, copc) from a pass's row."""
+    return lambda r: ((r.matured_tasks or {}).get(name) or {}).get(figure)
+
+
+def plots(
+    freshness_target_seconds: float, tasks: Sequence[str] = (), matured: bool = False
+) -> tuple[Plot, ...]:
     """The report's plots, in page order; freshness is drawn against its target; each of
-    a multi-task model's further ``tasks`` gets its AUC plot and its COPC line."""
+    a multi-task model's further ``tasks`` gets its AUC plot and its COPC line. With
+    ``matured`` (labels written before their window closed) the progressive figures are
+    named fresh and drawn beside the matured ones, on the final labels."""
     chance = (ReferenceLine(0.5, "chance (0.5)"),)
+    fresh = "fresh " if matured else ""
+
+    def also(label: str, value: Callable[[PassRow], float | None]) -> tuple[Metric, ...]:
+        return (Metric(label, value),) if matured else ()
+
     return (
         Plot(
             "auc",
             "Progressive AUC (before training on the pass)",
             "AUC",
-            (Metric("AUC", lambda r: r.auc), Metric("best reachable", lambda r: r.best_auc)),
+            (
+                Metric(f"{fresh}AUC", lambda r: r.auc),
+                *also("matured AUC", lambda r: r.matured_auc),
+                Metric("best reachable", lambda r: r.best_auc),
+            ),
             YRange(include=(1.0,)),  # chance to perfect: a 0.01 wobble is no swing
             chance,
         ),
@@ -70,7 +88,8 @@ def plots(freshness_target_seconds: float, tasks: Sequence[str] = ()) -> tuple[P
                 f"Progressive AUC of {name}",
                 "AUC",
                 (
-                    Metric(f"AUC {name}", _task(name, "auc")),
+                    Metric(f"{fresh}AUC {name}", _task(name, "auc")),
+                    *also(f"matured AUC {name}", _matured_task(name, "auc")),
                     Metric("best reachable", _task(name, "best_auc")),
                 ),
                 YRange(include=(1.0,)),
@@ -90,8 +109,14 @@ def plots(freshness_target_seconds: float, tasks: Sequence[str] = ()) -> tuple[P
             "COPC (clicks / predicted clicks)",
             "COPC",
             (
-                Metric("COPC", lambda r: r.copc),
-                *(Metric(f"COPC {name}", _task(name, "copc")) for name in tasks),
+                Metric(f"{fresh}COPC", lambda r: r.copc),
+                *(Metric(f"{fresh}COPC {name}", _task(name, "copc")) for name in tasks),
+                *also("matured COPC", lambda r: r.matured_copc),
+                *(
+                    m
+                    for name in tasks
+                    for m in also(f"matured COPC {name}", _matured_task(name, "copc"))
+                ),
             ),
             YRange(min_span=0.2),  # 0.98-1.02 stays near the line, not a swing
             (ReferenceLine(1.0, "calibrated (1)"),),
@@ -181,7 +206,8 @@ def render(
     freshness is drawn against ``freshness_target_seconds``; ``online``: each version's
     online metrics, drawn against its progressive AUC."""
     when = (generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M:%S UTC")
-    charts = [_chart(p, rows) for p in plots(freshness_target_seconds, task_names(rows))]
+    matured = any(r.judged_in is not None for r in rows)
+    charts = [_chart(p, rows) for p in plots(freshness_target_seconds, task_names(rows), matured)]
     if chart := online_chart(online, rows):
         charts.append(chart)
     sections = "\n".join(f"<section>{chart}</section>" for chart in charts)

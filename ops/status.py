@@ -63,6 +63,13 @@ class PassRow:
     best_auc: float | None = None
     logloss: float | None = None
     copc: float | None = None
+    # labels written before their window closed: auc, logloss and copc are on the labels
+    # trained with (fresh, biased); these on the final labels, once its impressions matured
+    matured_auc: float | None = None
+    matured_logloss: float | None = None
+    matured_copc: float | None = None
+    matured_tasks: dict[str, dict[str, float]] | None = None  # further tasks: auc, copc
+    judged_in: str | None = None  # the pass whose training judged it on the final labels
     train_seconds: float | None = None
     latency_seconds: float | None = None
     save_kind: str | None = None
@@ -124,6 +131,19 @@ def _row(
             }
         if "completed_at" in fields:
             fields["latency_seconds"] = train.started_at - fields["completed_at"]
+    if (matured := status.matured) is not None:
+        main, *others = matured.tasks
+        first = matured.tasks[main]
+        fields |= {
+            "matured_auc": first.auc,
+            "matured_logloss": first.logloss,
+            "matured_copc": first.copc,
+            "judged_in": matured.judged_in,
+        }
+        if others:
+            fields["matured_tasks"] = {
+                n: {"auc": matured.tasks[n].auc, "copc": matured.tasks[n].copc} for n in others
+            }
     end = window_ms(pass_id, cfg.passes.pass_minutes)[1] / 1000
     if (gate := status.gate) is not None:
         fields["gate"] = "pass" if gate.passed else "reject"
@@ -401,6 +421,21 @@ def format_table(rows: list[PassRow]) -> str:
     at = next(i for i, c in enumerate(_COLUMNS) if c[1] == "best_auc") + 1
     extra = [(f"AUC {t}", f"task:{t}", max(6, len(t) + 4), "{:.4f}") for t in task_names(rows)]
     columns = [*_COLUMNS[:at], *extra, *_COLUMNS[at:]]
+    if any(r.judged_in is not None for r in rows):  # fresh labels: both, named
+        columns = [
+            ("fresh AUC", a, 9, f)
+            if a == "auc"
+            else ("fresh COPC", a, 10, f)
+            if a == "copc"
+            else (t, a, w, f)
+            for t, a, w, f in columns
+        ]
+        at = next(i for i, c in enumerate(columns) if c[1] == "copc") + 1
+        matured = [
+            ("matured AUC", "matured_auc", 11, "{:.4f}"),
+            ("matured COPC", "matured_copc", 12, "{:.3f}"),
+        ]
+        columns = [*columns[:at], *matured, *columns[at:]]
     header = " ".join(f"{title:>{width}}" for title, _, width, _ in columns).rstrip()
     lines = [header, "-" * len(header)]
     lines += [" ".join(cell(r, a, w, f) for _, a, w, f in columns).rstrip() for r in rows]

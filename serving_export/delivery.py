@@ -59,7 +59,7 @@ def evaluate(cfg: PipelineConfig, result: TrainResult) -> GateDecision:
         serving: GateDecision | None = registry_for(cfg).serving().metrics.gate
     except NothingServing:
         serving = None
-    decision = judge(result, serving, cfg.gate)
+    decision = judge(result, serving, cfg.gate, fresh=bool(cfg.feature_schema.fresh_labels))
     _record(cfg, result.pass_id, PassField.GATE, decision)
     log.info(
         "pass %s gate: %s %s",

@@ -39,6 +39,7 @@ import gc
 import hmac
 import json
 import logging
+import math
 import random
 import socket
 import sys
@@ -179,6 +180,37 @@ class _OnlineCollector(Collector):
                 if value is not None:
                     families[name].add_metric(labels, value)
         yield from families.values()
+
+
+class _GateCollector(Collector):
+    """The serving version's gate evidence per task: its progressive AUC, or with labels
+    written before their window closed both the matured one (final labels) and the fresh
+    one (the labels trained with), named by the ``labels`` label."""
+
+    def __init__(self, state: ServingState) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "streamrec_serving_gate_auc",
+            "AUC the gate delivered the serving version on, per task; labels: matured (final "
+            "labels, the newest matured pass) or fresh (labels trained with), else progressive.",
+            labels=["version", "task", "labels"],
+        )
+        current = self._state.current
+        gate = current.manifest.metrics.gate if current is not None else None
+        if current is not None and gate is not None:
+            main = current.manifest.feature_schema.labels[0].name
+            fresh = gate.fresh_auc is not None
+            kind = "matured" if fresh else "progressive"
+            for task, auc in {main: gate.auc, **gate.task_aucs}.items():
+                if math.isfinite(auc):
+                    family.add_metric([current.version, task, kind], auc)
+            if fresh:
+                assert gate.fresh_auc is not None
+                for task, auc in {main: gate.fresh_auc, **gate.fresh_task_aucs}.items():
+                    family.add_metric([current.version, task, "fresh"], auc)
+        yield family
 
 
 def window_end(manifest: ArtifactManifest) -> float:
@@ -497,6 +529,7 @@ def create_app(
     replica = replica or socket.gethostname()
     follower = VersionFollower(registry, store, state, metrics, cfg, replica, served_log)
     metrics.registry.register(_OnlineCollector(follower))
+    metrics.registry.register(_GateCollector(state))
     if served_log is not None:
         metrics.registry.register(_LogCollector(served_log))
 

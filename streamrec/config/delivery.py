@@ -29,6 +29,19 @@ class GateConfig(_Strict):
         0.02, ge=0, description="Largest AUC drop allowed against the serving model's pass."
     )
     min_rows: int = Field(100, ge=1, description="Passes with fewer rows are not delivered.")
+    fresh_min_auc: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Labels written before their window closes: lowest progressive AUC on the "
+        "labels trained with (fresh, biased); min_auc applies to the newest matured pass.",
+    )
+    fresh_max_auc_drop: float = Field(
+        0.05,
+        ge=0,
+        description="Labels written before their window closes: largest drop of the fresh "
+        "progressive AUC against the serving model's.",
+    )
     tasks: dict[str, TaskGate] = Field(
         default_factory=dict,
         description="Bounds of further tasks by name. Every head of a multi-task network "

@@ -16,6 +16,12 @@ class GateDecision(Contract):
     serving_auc: float | None
     reasons: tuple[str, ...] = ()
     task_aucs: dict[str, float] = Field(default_factory=dict)  # each further task judged
+    # labels written before their window closed: ``auc`` and ``task_aucs`` are the newest
+    # matured pass's (NaN before any), the progressive ones on the labels trained with
+    # (biased) are the fresh ones
+    matured_pass: str | None = None
+    fresh_auc: float | None = None
+    fresh_task_aucs: dict[str, float] = Field(default_factory=dict)
 
 
 class TableLayer(Contract):

@@ -9,7 +9,7 @@ import pytest
 from serving_export.quality_gate import judge
 from streamrec.config import GateConfig
 from streamrec.contracts.delivery import GateDecision
-from streamrec.contracts.training import TaskResult, TrainResult
+from streamrec.contracts.training import MaturedMetrics, TaskResult, TrainResult
 from streamrec.errors import ContractError
 from trainers.metrics import PassMetrics
 
@@ -103,3 +103,47 @@ def test_each_head_is_judged_with_its_own_bounds_against_its_serving_auc() -> No
     d = judge(_result(0.8, tasks=both), None, named)
     assert d.reasons == ("conversion|click AUC 0.5500 < min_auc 0.6",)
     assert d.task_aucs == both
+
+
+def _fresh(fresh_auc: float, matured: dict[str, float] | None, **tasks: float) -> TrainResult:
+    result = _result(fresh_auc, tasks=tasks)
+    judged = []
+    if matured is not None:
+        judged = [
+            MaturedMetrics(
+                pass_id="202601000000",
+                judged_in=result.pass_id,
+                tasks={n: _metrics(a, 0.2) for n, a in matured.items()},
+            )
+        ]
+    return result.model_copy(update={"matured": judged})
+
+
+def test_fresh_labels_are_judged_on_the_newest_matured_pass_and_fresh_bounds() -> None:
+    # the biased fresh AUC is low, the matured one good: delivered, judged on the matured
+    d = judge(_fresh(0.55, {"click": 0.7}), None, GATE, fresh=True)
+    assert d.passed and d.auc == 0.7 and d.fresh_auc == 0.55 and d.matured_pass == "202601000000"
+    # a matured AUC below min_auc, or a fresh one below its own bound, rejects
+    assert (
+        "matured AUC 0.5500 < min_auc"
+        in judge(_fresh(0.6, {"click": 0.55}), None, GATE, True).reasons[0]
+    )
+    assert (
+        "fresh AUC 0.4000 < min_auc 0.5"
+        in judge(_fresh(0.4, {"click": 0.7}), None, GATE, True).reasons[0]
+    )
+    # against the serving model: matured with matured, fresh with fresh
+    serving = judge(_fresh(0.62, {"click": 0.72}), None, GATE, fresh=True)
+    assert (
+        "matured AUC 0.6900 is more than 0.02 below serving 0.7200"
+        in judge(_fresh(0.62, {"click": 0.69}), serving, GATE, True).reasons
+    )
+    assert (
+        "fresh AUC 0.5500 is more than 0.05 below serving 0.6200"
+        in judge(_fresh(0.55, {"click": 0.72}), serving, GATE, True).reasons
+    )
+    # before any pass matured only the fresh bounds apply; a further head's matured AUC too
+    early = judge(_fresh(0.6, None), None, GATE, fresh=True)
+    assert early.passed and math.isnan(early.auc) and early.matured_pass is None
+    d = judge(_fresh(0.6, {"click": 0.7, "conversion": 0.5}, conversion=0.6), early, GATE, True)
+    assert d.reasons == ("matured conversion AUC 0.5000 < min_auc 0.6",)
