@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversions"
 CLI = str(Path(sys.executable).with_name("streamrec"))
 FIRST = "202609010000"
-PASSES = 4  # produced; the matured rows of the last come two passes later
+PASSES = 5  # produced; the matured rows of the last come two passes later
 CLICK_S, WAIT_S, CONVERSION_S = 60, 300, 1200
 
 
@@ -148,7 +148,7 @@ def _build_with_kills(config: Path, cfg: PipelineConfig, until: str) -> int:
             stderr=subprocess.DEVNULL,
         )
         if kills < 4:
-            target = len(list(slices.glob("*/*/p*/_SUCCESS"))) + rng.randint(1, 3)
+            target = len(list(slices.glob("*/*/p*/_SUCCESS"))) + rng.randint(1, 2)
             while proc.poll() is None and len(list(slices.glob("*/*/p*/_SUCCESS"))) < target:
                 time.sleep(0.002)
             if proc.poll() is None:
@@ -229,11 +229,13 @@ def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate
 ) -> None:
     """Each pass's matured metrics equal numpy's on the cluster's progressive scores and
     the generator's final labels. The click (at_once) is calibrated on its true labels
-    with the weights: the pooled matured COPC of passes 2-4 is within a bar of 1 derived
-    from the sampling error (four standard errors of the pooled ratio, doubled in variance
-    for the intercept refit's own pass of the same size); without them the model learns
-    the rate of the rows written, p / (1 + p), and the COPC rises past the bar by about
-    the click rate (0.23 here)."""
+    with the weights: the pooled matured COPC of passes 2-5 is within a bar of 1 of four
+    standard errors of the pooled ratio under Bernoulli sampling, its variance tripled:
+    doubled for the intercept refit's own pass of the same size, and half again for what
+    was measured beyond the binomial (pass by pass, 3,000-impression passes spread 0.065
+    against the binomial's 0.054: 1.45 times the variance). Without the weights the model
+    learns the rate of the rows written, p / (1 + p), and the COPC rises past the bar by
+    about the click rate (0.23 here)."""
     cfg, _ = built
     config = _trained_by(cfg, weights, tmp_path)
     _, final = _implied(cfg)
@@ -263,6 +265,16 @@ def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate
             logloss = float(-(y * np.log(q) + (1 - y) * np.log(1 - q)).mean())
             assert got.logloss == pytest.approx(logloss, rel=1e-5)
             assert got.copc == pytest.approx(y.sum() / p.sum(), rel=1e-5)
+            if task == "click":
+                print(
+                    pass_id,
+                    "matured copc",
+                    round(got.copc, 4),
+                    "rows",
+                    len(y),
+                    "refit",
+                    results[n].intercept,
+                )
             if task == "click" and n >= 1:  # the first pass met an untrained model
                 clicks, predicted = clicks + y.sum(), predicted + p.sum()
                 variance += float((p * (1 - p)).sum())
@@ -284,7 +296,7 @@ def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate
     table = subprocess.run([CLI, "status", "--config", str(config)], capture_output=True, text=True)
     assert "fresh AUC" in table.stdout and "matured AUC" in table.stdout
     copc = clicks / predicted
-    bar = 4 * np.sqrt(2 * variance) / predicted
+    bar = 4 * np.sqrt(3 * variance) / predicted
     print(weights, "pooled matured click COPC", round(copc, 4), "bar", round(bar, 4))
     if weights == "by_emit":
         assert abs(copc - 1) < bar

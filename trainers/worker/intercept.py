@@ -17,7 +17,7 @@ keeps their order: AUC is unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -26,7 +26,6 @@ from trainers.worker import dense_tables
 __all__ = ["add_to_bias", "intercept_shift"]
 
 _BRACKET = 20.0  # logits: far beyond any shift a pass with clicks and non-clicks needs
-Weight = Callable[[float, np.ndarray], np.ndarray]  # (label, probability) -> row weight
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -37,32 +36,30 @@ def intercept_shift(
     pos: np.ndarray,
     neg: np.ndarray,
     tolerance: float = 1e-9,
-    weight: Weight | None = None,
+    positives_apart: bool = False,
 ) -> float:
     """The shift of every logit after which the scored rows' predictions add up to their
     clicks, from the score histogram (positives and negatives per bucket, as the AUC op
-    keeps them; bucket i holds scores in [i, i + 1) / buckets). With ``weight(y, q)`` (a
-    label written before its window closed: ``trainers.delay_weights``), the weighted sums
-    are equal instead: the intercept the corrected loss itself would settle at. 0.0 when
-    the rows are all clicks or all non-clicks (no finite shift exists) or there are none."""
+    keeps them; bucket i holds scores in [i, i + 1) / buckets). With ``positives_apart``
+    (an at_once label: every impression written as a negative, each positive again as a
+    duplicate) the negatives are the impressions and the positives their clicks: the
+    predictions over the negatives add up to the positives. 0.0 when the rows are all
+    clicks or all non-clicks (no finite shift exists) or there are none."""
     pos = np.asarray(pos, dtype=np.float64).reshape(-1)
     neg = np.asarray(neg, dtype=np.float64).reshape(-1)
-    clicks, rows = float(pos.sum()), float((pos + neg).sum())
-    if clicks <= 0 or clicks >= rows:
+    clicks = float(pos.sum())
+    shows = neg if positives_apart else pos + neg
+    if clicks <= 0 or clicks >= float(shows.sum()):
         return 0.0
     buckets = len(pos) - 1  # the op keeps buckets + 1 counters: a score of 1.0 is its own
     centre = np.clip((np.arange(len(pos)) + 0.5) / buckets, 1e-6, 1 - 1e-6)
     logits = np.log(centre / (1 - centre))
     low, high = -_BRACKET, _BRACKET
 
-    def excess(shift: float) -> float:  # predicted less actual clicks, weighted
-        q = _sigmoid(logits + shift)
-        if weight is None:
-            return float(np.dot(pos + neg, q)) - clicks
-        return float(np.dot(neg * weight(0.0, q), q) - np.dot(pos * weight(1.0, q), 1 - q))
+    def excess(shift: float) -> float:  # predicted less actual clicks
+        return float(np.dot(shows, _sigmoid(logits + shift))) - clicks
 
-    # the excess grows with the shift (for probabilities below about 0.6 when weighted):
-    # bisection converges
+    # the predicted clicks grow strictly with the shift: bisection always converges
     while high - low > tolerance:
         mid = (low + high) / 2
         if excess(mid) < 0:

@@ -36,7 +36,6 @@ from streamrec.contracts.training import ScoreReply, TaskResult, TrainResult
 from streamrec.layout import Layout
 from streamrec.passes import PassManifest, pass_dir, read_manifest
 from trainers.checkpoints import next_kind
-from trainers.delay_weights import fnw_weight
 from trainers.metrics import metrics_from_stats
 from trainers.worker import dense_tables
 from trainers.worker.instance_dump import point_dump, read_dump_with_ids
@@ -134,9 +133,9 @@ def _refit_intercept(
     scoring = scoring_batch_size(runner)
     specs = {label.name: label for label in ctx.cfg.feature_schema.labels}
     corrected = {n for n, x in specs.items() if x.loss_weights == "by_emit"}
-    # a fresh label's rows are not its true labels: an at_once head is refitted as its
-    # corrected loss would set it (the FNW-weighted sums equal), an after_wait head on the
-    # matured rows (its weights come row by row from the delay models)
+    # a fresh label's rows are not its true labels: an at_once head's predictions over its
+    # impressions (its observed rows, all negatives) are made to add up to its positives
+    # (its duplicates), an after_wait head is refitted on the matured rows
     on_final = frozenset(n for n in corrected if specs[n].emit == "after_wait")
     weighted = {n for n in corrected if specs[n].emit == "at_once"}
     with ctx.stage("refit", seconds):
@@ -156,7 +155,7 @@ def _refit_intercept(
                 dataset.release_memory()
         # each head is refitted; a conditional task (a ratio of two heads) has no bias
         shifts = {
-            task: intercept_shift(*stats[task][:2], weight=fnw_weight if task in weighted else None)
+            task: intercept_shift(*stats[task][:2], positives_apart=task in weighted)
             for task in ctx.graph.tasks
         }
         biases = {ctx.graph.tasks[task].logit_bias: shift for task, shift in shifts.items()}
