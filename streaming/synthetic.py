@@ -9,7 +9,9 @@ Value ids follow a Zipf law (a heavy head and a long tail), as real ids do. Beca
 generating probabilities are known, the best AUC any model can reach on a batch is the AUC
 of those probabilities, returned next to the events. A clicked impression also gets a click
 ``click_delay_seconds`` (exponential) after it, for the click-join mode; ``drift`` redraws
-part of the weights, so a model trained before it must re-learn. With ``interest``
+part of the weights, so a model trained before it must re-learn, and
+``drift_half_life_minutes`` moves them all the time (``advance``), so a fresher model is a
+better one. With ``interest``
 (``streamrec.config.InterestConfig``) each event has a few interest clusters; its history
 lists target values drawn mostly from them, its target value is one of them a ``focus``
 share of the time, and the click gains ``weight`` when any history item shares the
@@ -140,6 +142,8 @@ class SyntheticStream:
         }
         self._model_rng = model_rng
         self._rng = np.random.default_rng(cfg.seed + 1)
+        self._walk_rng = np.random.default_rng(cfg.seed + 3)  # drift_half_life_minutes
+        self._clock_ms: int | None = None  # the event time the weights stand at
         self._emitted = 0
 
     def drift(self) -> None:
@@ -150,6 +154,30 @@ class SyntheticStream:
             weights[redraw] = rng.normal(0.0, self._cfg.weight_scale, int(redraw.sum()))
         redraw = rng.random(len(self._dense_weights)) < share
         self._dense_weights[redraw] = rng.normal(0.0, 0.5, int(redraw.sum()))
+
+    def advance(self, to_ms: int) -> None:
+        """Move every generating weight to event time ``to_ms`` (``drift_half_life_minutes``):
+        each decays towards 0 by rho = 2^(-elapsed / half-life) and gains fresh noise of
+        variance 1 - rho^2 times its own scale's, so its spread stays the same."""
+        half_life = self._cfg.drift_half_life_minutes
+        if half_life is None:
+            return
+        if self._clock_ms is None:
+            self._clock_ms = to_ms
+            return
+        if to_ms <= self._clock_ms:
+            return
+        rho = 2.0 ** (-(to_ms - self._clock_ms) / (half_life * 60_000))
+        self._clock_ms = to_ms
+        rng, noise = self._walk_rng, np.sqrt(1 - rho * rho)
+        conversion = self._cfg.conversion
+        scaled = [(w, self._cfg.weight_scale) for w in self._weights.values()]
+        scaled.append((self._dense_weights, 0.5))
+        if conversion is not None:
+            scaled += [(w, conversion.weight_scale) for w in self._conversion_weights.values()]
+        for weights, scale in scaled:
+            weights *= rho
+            weights += rng.normal(0.0, scale * noise, len(weights))
 
     def _interest_logit(self, history: list[np.ndarray], target: np.ndarray) -> np.ndarray:
         """The interest term of each event: ``weight`` if any history item is in the
@@ -213,7 +241,9 @@ class SyntheticStream:
         return histories, targets
 
     def batch(self, start_ms: int, end_ms: int, n: int) -> SyntheticBatch:
-        """``n`` events with event times spread over ``[start_ms, end_ms)``, in time order."""
+        """``n`` events with event times spread over ``[start_ms, end_ms)``, in time order
+        (a drifting stream's weights as they stand at ``start_ms``)."""
+        self.advance(start_ms)
         rng = self._rng
         times = np.sort(rng.integers(start_ms, end_ms, n))
         logit = np.full(n, self._cfg.bias)

@@ -106,6 +106,14 @@ class SyntheticConfig(_Strict):
     drift_fraction: float = Field(
         0.5, gt=0, le=1, description="Share of each slot's weights redrawn at a drift."
     )
+    drift_half_life_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="A stream that keeps drifting: every generating weight (clicks' and "
+        "conversions') moves continuously in event time, its correlation with itself "
+        "halving every this many minutes (an Ornstein-Uhlenbeck walk that keeps the "
+        "weights' spread); the label delays stay as they are. None: no drift.",
+    )
     weight_scale: float = Field(0.8, gt=0, description="Std-dev of per-value logit weights.")
     bias: float = Field(-1.5, description="Logit bias of the generating model.")
     interest: InterestConfig | None = Field(

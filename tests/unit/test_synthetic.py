@@ -103,3 +103,36 @@ def test_a_conversion_label_needs_the_conversion_process(shipped_config: Pipelin
     bare = derived(cfg, "no process", synthetic={"conversion": None})
     with pytest.raises(ConfigError, match=r"synthetic\.conversion is not set"):
         SyntheticStream(bare.feature_schema, bare.synthetic)
+
+
+def test_a_drifting_stream_moves_its_weights_at_its_half_life(
+    shipped_config: PipelineConfig,
+) -> None:
+    """With drift_half_life_minutes the generating weights decay towards fresh ones in
+    event time: after one half-life their correlation with where they stood is 0.5 (within
+    five standard errors, about 5/sqrt(n) over n weights), their spread unchanged, and the
+    old model's probabilities rank the new labels worse than the new ones do."""
+    cfg = derived(shipped_config, "drift", synthetic={"drift_half_life_minutes": 30})
+    stream = SyntheticStream(cfg.feature_schema, cfg.synthetic)
+    t0 = 1_767_225_600_000
+    stream.advance(t0)
+    before = np.concatenate([w.copy() for w in stream._weights.values()])
+    old = stream.batch(t0, t0 + 60_000, 20_000)
+    stream.advance(t0 + 30 * 60_000)
+    after = np.concatenate(list(stream._weights.values()))
+    assert abs(np.corrcoef(before, after)[0, 1] - 0.5) < 5 / np.sqrt(len(before))
+    assert abs(after.std() / before.std() - 1) < 0.1
+    new = stream.batch(t0 + 30 * 60_000, t0 + 31 * 60_000, 20_000)
+    stale = SyntheticStream(cfg.feature_schema, cfg.synthetic)  # stands where it began
+    stale.advance(t0)
+    gap = exact_auc(new.probabilities, new.labels) - exact_auc(
+        stale.probability(new.events), new.labels
+    )
+    assert gap > 0.02, gap
+    assert exact_auc(old.probabilities, old.labels) > 0.6
+    # without drift the weights never move
+    steady = SyntheticStream(shipped_config.feature_schema, shipped_config.synthetic)
+    weights = np.concatenate([w.copy() for w in steady._weights.values()])
+    steady.advance(t0)
+    steady.advance(t0 + 10**9)
+    assert np.array_equal(weights, np.concatenate(list(steady._weights.values())))
