@@ -116,6 +116,7 @@ class PartitionJoin:
         self.horizon_ms = self._horizon(closed_through)
         self.replay_to = replay_to  # topic kind -> consumed_to of the newest slice
         self._cut_consumed = cut_consumed
+        self._consumed_at: dict[str, int | None] = {}  # closed window -> cut_consumed of it
         self.pending: dict[str, list[pa.Table]] = {}  # impression window -> its held rows
         self._time_of: dict[str, int] = {}  # held event_id -> its impression's time
         self._held: dict[str, dict[str, _LabelEvent]] = {k: {} for k in self.labels}
@@ -182,7 +183,9 @@ class PartitionJoin:
         horizon = self.horizon_ms
         if horizon is None or time_ms + self.plan.final_ms < horizon:
             return False
-        consumed = self._cut_consumed(window) if self._cut_consumed else None
+        if window not in self._consumed_at:  # one slice read per window, not per row
+            self._consumed_at[window] = self._cut_consumed(window) if self._cut_consumed else None
+        consumed = self._consumed_at[window]
         return consumed is None or offset < consumed
 
     def add_impressions(self, windows: list[str], table: pa.Table) -> None:
