@@ -9,6 +9,8 @@ carries a plan out. What goes, by ``retention`` (and ``checkpoints.keep_bases``)
     checkpoint  saves older than the newest ``keep_bases`` bases (the cluster also does this
                 after every base)
     raw-export  the cluster's raw inference exports, all but the newest (artifacts hold them)
+    score       the cluster's score runs of passes older than ``passes_days``, and a pass's
+                progressive scores once it was judged on its final labels (fresh labels)
     artifact    model versions beyond the newest ``artifacts_keep``, never the serving one
                 nor one a kept delta version builds on (directory, registry entry and the
                 version's Redis embeddings)
@@ -39,7 +41,8 @@ from streaming.slices import builder_leftovers, latest_slice, slice_partitions, 
 from streamrec.atomic_fs import leftover_reason, remove_path
 from streamrec.config import PipelineConfig
 from streamrec.contracts.day_end import RetentionRun
-from streamrec.layout import Layout
+from streamrec.contracts.pass_status import read_status
+from streamrec.layout import PROGRESSIVE, Layout
 from streamrec.listing import list_folder
 from streamrec.passes import (
     closes_day,
@@ -55,7 +58,9 @@ from trainers.leftovers import cluster_leftovers, run_listing
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["pass", "slice", "checkpoint", "raw-export", "artifact", "redis", "leftover"]
+Kind = Literal[
+    "pass", "slice", "checkpoint", "raw-export", "score", "artifact", "redis", "leftover"
+]
 
 
 @dataclass(frozen=True)
@@ -139,6 +144,17 @@ def _raw_exports(cfg: PipelineConfig):
         yield Deletion("raw-export", str(root / name), "packaged or superseded by a newer export")
 
 
+def _scores(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime):
+    root, days = Layout.of(cfg.paths).scores, cfg.retention.passes_days
+    cutoff = _cutoff_id(now, days)
+    for name in run_listing(root).names:
+        pass_id, _, run = name.partition("-")
+        if pass_id < cutoff:
+            yield Deletion("score", str(root / name), f"its pass is older than {days:g} days")
+        elif run == PROGRESSIVE and read_status(r, keys, pass_id).matured is not None:
+            yield Deletion("score", str(root / name), "its pass was judged on its final labels")
+
+
 def _artifacts(cfg: PipelineConfig):
     registry = registry_for(cfg)
     serving = registry.serving_version()
@@ -210,6 +226,7 @@ def plan(cfg: PipelineConfig, now: datetime | None = None) -> list[Deletion]:
         *_slices(cfg, now),
         *_checkpoints(cfg),
         *_raw_exports(cfg),
+        *_scores(cfg, r, keys, now),
         *_artifacts(cfg),
         *_redis_keys(cfg, r, keys, now),
         *_leftovers(cfg, now),

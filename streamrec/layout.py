@@ -8,6 +8,7 @@
     <model_root>/<model>/<version>/                delivery's artifacts
     <work_root>/exports/<pass_id>-<command>/       the cluster's raw inference exports
     <work_root>/scores/<pass_id>-<command>/        the cluster's predictions (``score``)
+    <work_root>/scores/<pass_id>-progressive/      its progressive scores, fresh labels
     <work_root>/cluster-logs/                      the launcher's and node agents' logs
     <work_root>/pass-text/worker-<rank>/           a worker's pass in MultiSlot text
     <work_root>/metric-dumps/worker-<rank>/<phase>/  a worker's dumped predictions
@@ -21,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+PROGRESSIVE = "progressive"  # the score runs a pass's progressive read keeps
 
 
 class _Roots(Protocol):
@@ -110,6 +113,11 @@ class Layout:
 
     def scores_dir(self, pass_id: str, command_id: str) -> Path:
         return self.scores / f"{pass_id}-{command_id}"
+
+    def progressive_scores(self, pass_id: str) -> Path:
+        """A pass's progressive scores per row, kept until it is judged on its final labels
+        (labels written before their window closes)."""
+        return self.scores_dir(pass_id, PROGRESSIVE)
 
     @property
     def cluster_logs(self) -> Path:

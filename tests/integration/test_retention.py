@@ -22,8 +22,9 @@ from streamrec.atomic_fs import temp_dir_for
 from streamrec.config import DEFAULT_SPARSE_TABLE, dump_config
 from streamrec.contracts.delivery import LayerSummary
 from streamrec.contracts.pass_status import PassField, record
+from streamrec.contracts.training import MaturedMetrics
 from streamrec.layout import Layout
-from streamrec.passes import complete_passes, pass_dir, pass_id_at, slices_root
+from streamrec.passes import complete_passes, next_pass_id, pass_dir, pass_id_at, slices_root
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import CheckpointInfo, write_info
@@ -64,6 +65,17 @@ def pipeline(make_config, build_passes, artifact_manifest, train_result) -> dict
         write_info(root / info.name, info)
     for p in passes[:3]:
         (Path(cfg.paths.work_root) / "exports" / f"{p}-cmd").mkdir(parents=True)
+    # score runs: an old pass's; a recent pass's progressive scores, judged on its final
+    # labels, and the next one's, not judged yet
+    layout = Layout.of(cfg.paths)
+    waiting = next_pass_id(recent, cfg.passes.pass_minutes)
+    for folder in (
+        layout.scores_dir(passes[0], "cmd"),
+        *map(layout.progressive_scores, (recent, waiting)),
+    ):
+        folder.mkdir(parents=True)
+    matured = MaturedMetrics(pass_id=recent, judged_in=waiting, tasks={})
+    record(r, keys, recent, PassField.MATURED, matured)
     registry = registry_for(cfg)
     model_dir = Path(cfg.paths.model_root) / cfg.model.model
     parents = {passes[3]: passes[2]}  # the newest is a delta on the third: both are kept
@@ -80,7 +92,6 @@ def pipeline(make_config, build_passes, artifact_manifest, train_result) -> dict
         r.hset(keys.sparse_layer(cfg.model.model, p, DEFAULT_SPARSE_TABLE), "k", "v")
     registry.rollback(passes[0])  # the oldest serves again: it must be kept
     config = dump_config(cfg, root.parent / "p.yaml")
-    layout = Layout.of(cfg.paths)
     leftovers = {  # a crash's (its writer gone), a live writer's (this process), an old one
         "crashed": killed_writer(layout.data.pass_dir(LATER), "_manifest.json", "_SUCCESS"),
         "live": temp_dir_for(layout.export_dir(LATER, "cmd")),
@@ -124,6 +135,7 @@ def test_dry_run_lists_what_goes_and_deletes_nothing(pipeline: dict[str, Any]) -
     assert _planned(result, "slice") == set(passes[:3])  # the newest slice is a resume point
     assert _planned(result, "checkpoint") == {f"{passes[0]}-base", f"{passes[1]}-delta"}
     assert _planned(result, "raw-export") == {f"{p}-cmd" for p in passes[:2]}
+    assert _planned(result, "score") == {f"{passes[0]}-cmd", f"{pipeline['recent']}-progressive"}
     # kept: the newest, the version it builds on, and the serving one
     assert _planned(result, "artifact") == {passes[1]}
     left = pipeline["leftovers"]
@@ -150,6 +162,8 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert (slices_root(data) / passes[3][:8] / passes[3]).is_dir()
     assert [p.name for p in Path(cfg.paths.checkpoint_root).glob("2026*")] == [f"{passes[2]}-base"]
     assert run_listing(Path(cfg.paths.work_root) / "exports").names == (f"{passes[2]}-cmd",)
+    waiting = next_pass_id(pipeline["recent"], cfg.passes.pass_minutes)
+    assert run_listing(Layout.of(cfg.paths).scores).names == (f"{waiting}-progressive",)
     registry = registry_for(cfg)
     assert registry.versions() == [passes[0], passes[2], passes[3]]
     assert registry.serving_version() == passes[0]

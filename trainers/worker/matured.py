@@ -42,7 +42,6 @@ from trainers.models import AUC_BUCKETS
 from trainers.worker.pass_reads import global_stats
 from trainers.worker.worker_context import WorkerContext
 
-PROGRESSIVE = "progressive"
 ROW_MASK = (1 << ROW_FILE_SHIFT) - 1
 log = logging.getLogger(__name__)
 
@@ -50,13 +49,13 @@ log = logging.getLogger(__name__)
 def predictions_path(cfg: PipelineConfig, pass_id: str, rank: int, workers: int) -> Path:
     """Where worker ``rank`` of ``workers`` keeps its progressive predictions of ``pass_id``."""
     name = f"worker-{rank}-of-{workers}.parquet"
-    return Layout.of(cfg.paths).scores_dir(pass_id, PROGRESSIVE) / name
+    return Layout.of(cfg.paths).progressive_scores(pass_id) / name
 
 
 def _newest_scores(cfg: PipelineConfig, pass_id: str) -> list[Path]:
     """The prediction files of the cluster that last scored ``pass_id`` (a pass trained
     again by a cluster of another size leaves the older files beside)."""
-    folder = Layout.of(cfg.paths).scores_dir(pass_id, PROGRESSIVE)
+    folder = Layout.of(cfg.paths).progressive_scores(pass_id)
     runs: dict[str, list[Path]] = {}
     for path in folder.glob("worker-*-of-*.parquet"):
         runs.setdefault(path.stem.rpartition("-of-")[2], []).append(path)
