@@ -37,7 +37,7 @@ from streamrec.passes import RowKind, compose_pass_id, next_pass_id, pass_dir, r
 from trainers.metrics import exact_auc
 from trainers.models import AUC_BUCKETS
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "conversions"
 CLI = str(Path(sys.executable).with_name("streamrec"))
@@ -139,7 +139,7 @@ def _written(cfg: PipelineConfig, through: str, ids: set[str]) -> Counter[tuple]
 def _build_with_kills(config: Path, cfg: PipelineConfig, until: str) -> int:
     rng = random.Random(58)
     slices = Path(cfg.paths.data_root) / "slices"
-    kills, deadline = 0, time.monotonic() + 300
+    kills, deadline = 0, time.monotonic() + 200
     while not (pass_dir(cfg.paths.data_root, until) / "_SUCCESS").exists():
         assert time.monotonic() < deadline, "the builder did not finish"
         proc = subprocess.Popen(

@@ -137,7 +137,7 @@ def _refit_intercept(
     # impressions (its observed rows, all negatives) are made to add up to its positives
     # (its duplicates), an after_wait head is refitted on the matured rows
     on_final = frozenset(n for n in corrected if specs[n].emit == "after_wait")
-    weighted = {n for n in corrected if specs[n].emit == "at_once"}
+    apart = {n for n in corrected if specs[n].emit == "at_once"}
     with ctx.stage("refit", seconds):
         if runner.reader_type == "QueueDataset":
             stats = run_read(
@@ -155,7 +155,7 @@ def _refit_intercept(
                 dataset.release_memory()
         # each head is refitted; a conditional task (a ratio of two heads) has no bias
         shifts = {
-            task: intercept_shift(*stats[task][:2], positives_apart=task in weighted)
+            task: intercept_shift(*stats[task][:2], positives_apart=task in apart)
             for task in ctx.graph.tasks
         }
         biases = {ctx.graph.tasks[task].logit_bias: shift for task, shift in shifts.items()}
