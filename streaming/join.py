@@ -41,8 +41,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.emit_plan import AFTER_WINDOW, AT_ONCE, EmitPlan, JoinedLabel, emit_plan
+from streaming.windows import WindowCutter
 from streamrec.config import ELAPSED_COLUMN, delay_column, kind_column
-from streamrec.passes import RowKind, compose_pass_id, window_ms
+from streamrec.passes import RowKind, window_ms
 
 IMPRESSIONS = "impressions"
 NEVER = -(2**62)  # before any event time, and below it by any delay still an int64
@@ -110,7 +111,6 @@ class PartitionJoin:
         self.labels = {label.kind: label for label in labels}
         self.plan = plan or emit_plan(labels, {x.kind: x.column for x in labels})
         self._row_fields = self.plan.row_fields()
-        self._width_ms = pass_minutes * 60_000
         self._minutes = pass_minutes
         self.closed_through = closed_through
         self.horizon_ms = self._horizon(closed_through)
@@ -122,7 +122,7 @@ class PartitionJoin:
         self._held: dict[str, dict[str, _LabelEvent]] = {k: {} for k in self.labels}
         self._unmatched: dict[str, dict[str, _LabelEvent]] = {k: {} for k in self.labels}
         self._duplicates: list[tuple[int, str, str]] = []  # heap of (time, event_id, kind)
-        self._ids: dict[int, str] = {}  # window number -> pass id
+        self._windows = WindowCutter(pass_minutes)  # the pass id of a time, cached
         self.counters = JoinCounters()
         # kind -> offsets of the label events whose positives the last cut wrote
         self.used_offsets: dict[str, list[int]] = {}
@@ -138,17 +138,16 @@ class PartitionJoin:
         return window_ms(window, self._minutes)[1] + self.plan.cut_delay_ms
 
     def _pass_of(self, ms: int) -> str:
-        number = ms // self._width_ms
-        pass_id = self._ids.get(number)
-        if pass_id is None:
-            pass_id = self._ids[number] = compose_pass_id(number * self._width_ms, self._minutes)
-        return pass_id
+        return self._windows.pass_id_of(ms)
 
     def due_windows(self) -> set[str]:
         """Pass windows rows of the held impressions are still due in (each held window's
         rows at each delay, and the next duplicate's): the builder cuts them even where no
-        impression of their own came."""
+        impression of their own came. Without a delayed label they are the held windows
+        themselves: none beyond them."""
         plan, cut = self.plan, self.plan.cut_delay_ms
+        if not plan.delayed:
+            return set()
         delays = [d for d, _ in plan.groups] + ([plan.mature_ms] if plan.delayed else [])
         due = set()
         for window in self.pending:
