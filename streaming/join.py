@@ -41,20 +41,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.emit_plan import AFTER_WINDOW, AT_ONCE, EmitPlan, JoinedLabel, emit_plan
+from streaming.join_spill import LabelEvent, Segment, SpillSettings, SpillStore, segment_of
 from streaming.windows import WindowCutter
 from streamrec.config import ELAPSED_COLUMN, delay_column, kind_column
 from streamrec.passes import RowKind, window_ms
 
 IMPRESSIONS = "impressions"
 NEVER = -(2**62)  # before any event time, and below it by any delay still an int64
-
-
-@dataclass
-class _LabelEvent:
-    time_ms: int
-    offset: int
-    replayed: bool
-    late: bool = False  # read after the row it belonged in was written
+# what an entry of the join's in-memory indexes costs beyond the rows' Arrow buffers, in
+# bytes (bench/label_memory.py: 163 MiB per million impressions held, Python's dict, str
+# and int; a label event's dataclass about as much again)
+IMPRESSION_ENTRY_BYTES = 171
+LABEL_ENTRY_BYTES = 200
 
 
 @dataclass(frozen=True)
@@ -103,11 +101,13 @@ class PartitionJoin:
         plan: EmitPlan | None = None,
         pass_minutes: int = 10,
         cut_consumed: Callable[[str], int | None] | None = None,
+        spill: SpillSettings | None = None,
     ) -> None:
         """``plan`` defaults to every label joined, after its window; ``cut_consumed(w)``
         says up to which impression offset this partition had read when it cut window
         ``w`` (None: unknown), which tells a replayed impression that was late from one
-        that is still held."""
+        that is still held; ``spill`` (None: everything stays in memory) where rows past
+        its budget go (``streaming.join_spill``)."""
         self.labels = {label.kind: label for label in labels}
         self.plan = plan or emit_plan(labels, {x.kind: x.column for x in labels})
         self._row_fields = self.plan.row_fields()
@@ -117,10 +117,11 @@ class PartitionJoin:
         self.replay_to = replay_to  # topic kind -> consumed_to of the newest slice
         self._cut_consumed = cut_consumed
         self._consumed_at: dict[str, int | None] = {}  # closed window -> cut_consumed of it
-        self.pending: dict[str, list[pa.Table]] = {}  # impression window -> its held rows
+        # impression window -> its held rows: in memory, or segments in the spill store
+        self.pending: dict[str, list[pa.Table | Segment]] = {}
         self._time_of: dict[str, int] = {}  # held event_id -> its impression's time
-        self._held: dict[str, dict[str, _LabelEvent]] = {k: {} for k in self.labels}
-        self._unmatched: dict[str, dict[str, _LabelEvent]] = {k: {} for k in self.labels}
+        self._held: dict[str, dict[str, LabelEvent]] = {k: {} for k in self.labels}
+        self._unmatched: dict[str, dict[str, LabelEvent]] = {k: {} for k in self.labels}
         self._duplicates: list[tuple[int, str, str]] = []  # heap of (time, event_id, kind)
         self._windows = WindowCutter(pass_minutes)  # the pass id of a time, cached
         self.counters = JoinCounters()
@@ -129,6 +130,12 @@ class PartitionJoin:
         self.matured: pa.Table | None = None  # the last cut's matured rows
         self.open: dict[str, int] = {}  # label -> rows written, window open, at the last cut
         self.strays: list[Stray] = []  # new events to dead-letter, taken by the caller
+        self._spill = spill
+        self._store: SpillStore | None = None  # opened by the first checkpoint or restore
+        self._hot_arrow = 0  # bytes of the held rows in memory
+        self._checkpoints = 0  # names the segments each checkpoint writes
+        # impression window -> label -> lowest offset of its label events in the store
+        self._cold_labels: dict[str, dict[str, int]] = {}
 
     # -- time --------------------------------------------------------------------------
 
@@ -156,6 +163,8 @@ class PartitionJoin:
                 due |= {self._pass_of(start + d - cut), self._pass_of(end - 1 + d - cut)}
         if self._duplicates:
             due.add(self._pass_of(self._duplicates[0][0] - cut))
+        if self._store is not None and (first := self._store.first_due()) is not None:
+            due.add(self._pass_of(first - cut))
         return due
 
     # -- reading -----------------------------------------------------------------------
@@ -174,7 +183,7 @@ class PartitionJoin:
         for kind, unmatched in self._unmatched.items():
             for event_id in event_ids.intersection(unmatched) if unmatched else ():
                 event = self._held[kind][event_id] = unmatched.pop(event_id)
-                self._attached(kind, event_id, event)
+                self._attached(kind, event_id, event, self._time_of[event_id])
 
     def _still_held(self, window: str, time_ms: int, offset: int) -> bool:
         """Whether a replayed impression of a closed window still has rows to be written
@@ -194,27 +203,28 @@ class PartitionJoin:
         ids = table.column("event_id").to_pylist()
         times = table.column("event_time_ms").to_pylist()
         distinct_windows, fresh = set(windows), set(ids)
+        spilled = self._spilled(ids)
         if (
             (closed is None or min(distinct_windows) > closed)
             and len(fresh) == len(ids)
-            and fresh.isdisjoint(time_of)
+            and time_of.keys().isdisjoint(fresh)
+            and not spilled
         ):  # the usual batch: nothing late, nothing repeated; no loop per row needed
             time_of.update(zip(ids, times, strict=True))
             self._claim_orphans(fresh)
             if len(distinct_windows) == 1:
-                self.pending.setdefault(windows[0], []).append(table)
+                self._hold(windows[0], table)
             else:
                 labels = pa.array(windows)
                 for window in sorted(distinct_windows):
-                    part = table.filter(pc.equal(labels, window))
-                    self.pending.setdefault(window, []).append(part)
+                    self._hold(window, table.filter(pc.equal(labels, window)))
             return
         groups: dict[str, list[int]] = {}
         offsets = table.column("kafka_offset").to_pylist()
         taken: set[str] = set()
         rows = zip(ids, windows, times, offsets, strict=True)
         for i, (event_id, window, time_ms, offset) in enumerate(rows):
-            if event_id in time_of:
+            if event_id in time_of or event_id in spilled:
                 continue  # the same impression twice (a producer retry without idempotence)
             if closed is not None and window <= closed:
                 if offset >= replay_to:
@@ -227,22 +237,25 @@ class PartitionJoin:
             groups.setdefault(window, []).append(i)
         self._claim_orphans(taken)
         for window, group in groups.items():
-            part = table if len(group) == table.num_rows else table.take(group)
-            self.pending.setdefault(window, []).append(part)
+            self._hold(window, table if len(group) == table.num_rows else table.take(group))
+
+    def _hold(self, window: str, table: pa.Table) -> None:
+        self.pending.setdefault(window, []).append(table)
+        self._hot_arrow += table.nbytes
 
     def add_impression(self, window: str, row: dict[str, Any]) -> None:
         """Hold one impression row."""
         self.add_impressions([window], pa.Table.from_pylist([row]))
 
-    def _stray(self, kind: str, event_id: str, event: _LabelEvent, reason: str) -> None:
+    def _stray(self, kind: str, event_id: str, event: LabelEvent, reason: str) -> None:
         if self.labels[kind].dead_letter_strays or reason == "unattributed":
             self.strays.append(Stray(kind, event.offset, event_id, event.time_ms, reason))
 
-    def _attached(self, kind: str, event_id: str, event: _LabelEvent) -> None:
-        """A label event just joined its held impression: a positive its observed row will
-        not carry is a duplicate due when it happened; one whose row (observed or
-        duplicate) was already written when it was read is late."""
-        label, imp_ms = self.labels[kind], self._time_of[event_id]
+    def _attached(self, kind: str, event_id: str, event: LabelEvent, imp_ms: int) -> None:
+        """A label event just joined its held impression (of time ``imp_ms``): a positive
+        its observed row will not carry is a duplicate due when it happened; one whose row
+        (observed or duplicate) was already written when it was read is late."""
+        label = self.labels[kind]
         delay = event.time_ms - imp_ms
         if delay > label.window_ms:
             return  # late, decided when the impression's last row is written
@@ -261,18 +274,19 @@ class PartitionJoin:
     def add_label(self, kind: str, event_id: str, time_ms: int, offset: int) -> None:
         """Attach a label event of ``kind`` to its held impression, or hold it until it
         expires."""
-        event = _LabelEvent(time_ms, offset, self.is_replay(kind, offset))
-        attached = event_id in self._time_of
+        event = LabelEvent(time_ms, offset, self.is_replay(kind, offset))
+        imp_ms = self._impression_time(event_id)
+        attached = imp_ms is not None
         held = self._held[kind] if attached else self._unmatched[kind]
-        first = held.get(event_id)
+        first = self._label_event(kind, event_id) if attached else held.get(event_id)
         if first is None:
             held[event_id] = event
-            if attached:
-                self._attached(kind, event_id, event)
+            if imp_ms is not None:
+                self._attached(kind, event_id, event, imp_ms)
             return
         # the earliest event labels the row; the resume keeps the lower offset of the two
         keep, drop = (event, first) if time_ms < first.time_ms else (first, event)
-        kept = _LabelEvent(keep.time_ms, min(offset, first.offset), keep.replayed, first.late)
+        kept = LabelEvent(keep.time_ms, min(offset, first.offset), keep.replayed, first.late)
         held[event_id] = kept
         if not event.replayed:
             self.counters.of(kind).duplicate += 1
@@ -300,23 +314,19 @@ class PartitionJoin:
             w_start, w_end = window_ms(window, self._minutes)
             if w_end <= start_ms or w_start >= end_ms:
                 continue
-            parts = self.pending[window]
-            table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            table = self._load(window)
             if start_ms <= w_start and w_end <= end_ms:
                 pieces.append(table)
                 if remove:
-                    del self.pending[window]
-                else:
-                    self.pending[window] = [table]
+                    self._drop(window)
                 continue
             times = table["event_time_ms"]
             inside = pc.and_(pc.greater_equal(times, start_ms), pc.less(times, end_ms))
             pieces.append(table.filter(inside))
-            rest = table.filter(pc.invert(inside)) if remove else table
-            if rest.num_rows:
-                self.pending[window] = [rest]
-            else:
-                del self.pending[window]
+            if remove:
+                self._drop(window)
+                if (rest := table.filter(pc.invert(inside))).num_rows:
+                    self.pending[window] = [rest]  # in memory until the next checkpoint
         pieces = [p for p in pieces if p.num_rows]
         if not pieces:
             return None
@@ -349,13 +359,20 @@ class PartitionJoin:
             if matured is not None:
                 self.matured = self._final(matured)
         self.open = self._open(horizon)
+        self._hot_arrow = sum(t.nbytes for t in self._hot_tables())
         if not rows:
             return None
         return pa.concat_tables(rows) if len(rows) > 1 else rows[0]
 
-    def _events(self, kind: str, ids: list[str]) -> list[_LabelEvent | None]:
+    def _events(self, kind: str, ids: list[str]) -> list[LabelEvent | None]:
+        """The ``kind`` event held for each impression, in memory or spilled (None: none)."""
         held = self._held[kind]
-        return [held.get(event_id) for event_id in ids]
+        found = [held.get(event_id) for event_id in ids]
+        if self._store is not None and (missing := [i for i, e in enumerate(found) if e is None]):
+            spilled = self._store.label_events(kind, [ids[i] for i in missing])
+            for i, event in zip(missing, spilled, strict=True):
+                found[i] = event
+        return found
 
     def _positive_as_of(
         self, name: str, table: pa.Table, ids: list[str], as_of: np.ndarray
@@ -432,22 +449,24 @@ class PartitionJoin:
         return delays
 
     def _note_used(self, kind: str, ids: list[str], values: np.ndarray) -> None:
-        held = self._held[kind]
+        positives = [ids[i] for i in np.flatnonzero(values == 1)]
         used = self.used_offsets.setdefault(kind, [])
-        used += [held[ids[i]].offset for i in np.flatnonzero(values == 1)]
+        used += [e.offset for e in self._events(kind, positives) if e is not None]
 
     def _due_duplicates(self, horizon: int) -> pa.Table | None:
         """The duplicate positives due before ``horizon``, each a copy of its impression
         with its label 1 and every other label absent."""
-        due: dict[str, list[tuple[int, str, str]]] = {}
+        entries = self._store.take_due(horizon) if self._store is not None else []
         while self._duplicates and self._duplicates[0][0] < horizon:
-            at, event_id, kind = heapq.heappop(self._duplicates)
-            due.setdefault(self._pass_of(self._time_of[event_id]), []).append((at, event_id, kind))
+            entries.append(heapq.heappop(self._duplicates))
+        due: dict[str, list[tuple[int, str, str]]] = {}
+        times = self._impression_times([event_id for _, event_id, _ in entries])
+        for entry, time_ms in zip(entries, times, strict=True):
+            assert time_ms is not None, "a duplicate's impression is held until its last row"
+            due.setdefault(self._pass_of(time_ms), []).append(entry)
         pieces = []
         for window, entries in due.items():
-            parts = self.pending[window]
-            table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-            self.pending[window] = [table]
+            table = self._load(window)
             position = {e: i for i, e in enumerate(table["event_id"].to_pylist())}
             for kind in {k for _, _, k in entries}:
                 mine = [(at, e) for at, e, k in entries if k == kind]
@@ -483,7 +502,8 @@ class PartitionJoin:
             if name in self.labels:
                 columns[delay_column(name)] = self._delays(name, table, ids, at)
         columns[ELAPSED_COLUMN] = at - table["event_time_ms"].to_numpy()
-        self.used_offsets.setdefault(kind, []).extend(self._held[kind][e].offset for e in ids)
+        used = self.used_offsets.setdefault(kind, [])
+        used += [e.offset for e in self._events(kind, ids) if e is not None]
         return self._with_columns(table, columns)
 
     def _final(self, table: pa.Table) -> pa.Table:
@@ -491,17 +511,25 @@ class PartitionJoin:
         within its window; the impressions and their events are held no more. Late events
         and unattributed positives are counted (and dead-lettered) here, once."""
         ids = table.column("event_id").to_pylist()
-        for event_id in ids:
-            del self._time_of[event_id]
+        time_of = self._time_of
+        spilled = [event_id for event_id in ids if time_of.pop(event_id, None) is None]
         if not self.labels:
+            self._forget(spilled)
             return table
         times = table.column("event_time_ms").to_numpy()
         columns: dict[str, np.ndarray] = {}
-        events: dict[str, list[_LabelEvent | None]] = {}
+        events: dict[str, list[LabelEvent | None]] = {}
         delays: dict[str, np.ndarray] = {}
         for kind, label in self.labels.items():
             held = self._held[kind]
             found = [held.pop(event_id, None) for event_id in ids]
+            if spilled and self._store is not None:
+                position = {event_id: i for i, event_id in enumerate(ids)}
+                for event_id, event in zip(
+                    spilled, self._store.label_events(kind, spilled), strict=True
+                ):
+                    if found[position[event_id]] is None:
+                        found[position[event_id]] = event
             values = np.zeros(len(ids), dtype=np.int8)
             delay = np.full(len(ids), -1, dtype=np.int64)
             for i, event in enumerate(found):
@@ -514,6 +542,7 @@ class PartitionJoin:
                     self.counters.of(kind).late += 1
                     self._stray(kind, ids[i], event, "late")
             columns[label.column], events[kind], delays[kind] = values, found, delay
+        self._forget(spilled)
         for kind, label in self.labels.items():
             if label.requires is None:
                 continue
@@ -541,30 +570,36 @@ class PartitionJoin:
                     self.used_offsets.setdefault(kind, []).extend(used)
         return self._with_columns(table, columns)
 
+    def _forget(self, spilled: list[str]) -> None:
+        """Delete written impressions from the spill store, with their label events (only
+        a spilled impression has spilled label events: a checkpoint moves both)."""
+        if spilled and self._store is not None:
+            self._store.delete(impressions=spilled, labels={k: spilled for k in self.labels})
+
     def _open(self, horizon: int) -> dict[str, int]:
         """Per label written before its window closes: held impressions whose row is written
         and whose window for that label is still open at ``horizon``."""
         if not self.plan.delayed:
             return {}
         counts = {}
-        tables = [t for parts in self.pending.values() for t in parts]
+        parts = [(w, p) for w, ps in self.pending.items() for p in ps]
         for kind, label in self.labels.items():
             if label.emit == AFTER_WINDOW:
                 continue
             start, end = horizon - label.window_ms, horizon - self.plan.delay_of(kind)
-            counts[kind] = sum(
-                int(
-                    pc.sum(
-                        pc.and_(
-                            pc.greater_equal(t["event_time_ms"], start),
-                            pc.less(t["event_time_ms"], end),
-                        )
-                    ).as_py()
-                    or 0
-                )
-                for t in tables
-            )
+            counts[kind] = sum(self._count_between(w, p, start, end) for w, p in parts)
         return counts
+
+    def _count_between(self, window: str, part: pa.Table | Segment, start: int, end: int) -> int:
+        """Held rows of ``part`` with a time in [start, end)."""
+        if isinstance(part, Segment):
+            if start % 1000 == 0 and end % 1000 == 0:
+                return part.count_between(start, end)
+            assert self._store is not None
+            part = self._store.segment(part.key)
+        times = part["event_time_ms"]
+        inside = pc.and_(pc.greater_equal(times, start), pc.less(times, end))
+        return int(pc.sum(inside).as_py() or 0)
 
     def take_counters(self) -> JoinCounters:
         """The counters since the last slice; they restart from zero."""
@@ -577,16 +612,186 @@ class PartitionJoin:
         return strays
 
     def waiting(self) -> int:
-        """Impressions held in memory for rows not yet written."""
-        return sum(t.num_rows for tables in self.pending.values() for t in tables)
+        """Impressions held for rows not yet written, in memory or spilled."""
+        return sum(
+            p.rows if isinstance(p, Segment) else p.num_rows
+            for parts in self.pending.values()
+            for p in parts
+        )
 
     def lowest_needed(self, kind: str) -> int | None:
-        """Lowest offset of ``kind`` still held in memory (None: nothing held)."""
+        """Lowest offset of ``kind`` still held, in memory or spilled (None: nothing held):
+        for spilled label events, the lowest of their impression window's when spilled."""
         if kind == IMPRESSIONS:
             offsets = [
-                pc.min(t["kafka_offset"]).as_py() for ts in self.pending.values() for t in ts
+                p.min_offset if isinstance(p, Segment) else pc.min(p["kafka_offset"]).as_py()
+                for parts in self.pending.values()
+                for p in parts
             ]
         else:
             held = (*self._held[kind].values(), *self._unmatched[kind].values())
             offsets = [e.offset for e in held]
+            offsets += [m[kind] for m in self._cold_labels.values() if kind in m]
         return min(offsets, default=None)
+
+    # -- the spill store ---------------------------------------------------------------
+
+    def _spilled(self, event_ids: list[str]) -> set[str]:
+        """Which of these impressions are held in the spill store."""
+        if self._store is None:
+            return set()
+        times = self._store.impression_times(event_ids)
+        return {e for e, t in zip(event_ids, times, strict=True) if t is not None}
+
+    def _impression_time(self, event_id: str) -> int | None:
+        """The time of a held impression, in memory or spilled (None: not held)."""
+        time_ms = self._time_of.get(event_id)
+        if time_ms is None and self._store is not None:
+            time_ms = self._store.impression_times([event_id])[0]
+        return time_ms
+
+    def _impression_times(self, event_ids: list[str]) -> list[int | None]:
+        found = [self._time_of.get(event_id) for event_id in event_ids]
+        if self._store is not None and (missing := [i for i, t in enumerate(found) if t is None]):
+            spilled = self._store.impression_times([event_ids[i] for i in missing])
+            for i, time_ms in zip(missing, spilled, strict=True):
+                found[i] = time_ms
+        return found
+
+    def _label_event(self, kind: str, event_id: str) -> LabelEvent | None:
+        return self._events(kind, [event_id])[0]
+
+    def _hot_tables(self) -> list[pa.Table]:
+        return [p for parts in self.pending.values() for p in parts if isinstance(p, pa.Table)]
+
+    def _load(self, window: str) -> pa.Table:
+        """Every held row of ``window``, spilled segments read back; rows held only in
+        memory are kept as one table from now on."""
+        parts = self.pending[window]
+        tables = [
+            self._store.segment(p.key) if isinstance(p, Segment) and self._store else p
+            for p in parts
+        ]
+        table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if not any(isinstance(p, Segment) for p in parts):
+            self.pending[window] = [table]
+        return table  # type: ignore[return-value]
+
+    def _drop(self, window: str) -> None:
+        """Hold no rows of ``window`` any more: its spilled segments are deleted."""
+        parts = self.pending.pop(window)
+        if self._store is not None:
+            self._store.delete(segments=[p.key for p in parts if isinstance(p, Segment)])
+        self._cold_labels.pop(window, None)
+
+    @property
+    def spilled(self) -> bool:
+        """Whether this join keeps its state in a spill store, checkpointed from now on."""
+        return self._store is not None
+
+    def hot_bytes(self) -> int:
+        """What the state held in memory takes, estimated: the rows' Arrow buffers and the
+        indexes' measured cost per entry (bench/label_memory.py)."""
+        labels = sum(len(h) for h in self._held.values())
+        return (
+            self._hot_arrow
+            + IMPRESSION_ENTRY_BYTES * len(self._time_of)
+            + LABEL_ENTRY_BYTES * labels
+        )
+
+    def over_budget(self) -> bool:
+        """Whether the memory held is past this partition's share of the spill budget."""
+        return self._spill is not None and self.hot_bytes() > self._spill.hot_bytes
+
+    def checkpoint(self, read_to: dict[str, int], newest_ms: dict[str, int]) -> None:
+        """Move the state held in memory into the spill store, with where the partition has
+        read to (topic kind -> offset) and its newest event times, in one atomic write: a
+        restart resumes from here. The caller has taken the strays."""
+        if self._spill is None:
+            raise RuntimeError("this join has no spill store")
+        if self._store is None:  # nothing restored: whatever is there is stale
+            SpillStore.remove(self._spill.path)
+            self._store = SpillStore(self._spill.path, self._spill.store_mib)
+        self._checkpoints += 1
+        for kind, events in self._held.items():
+            times = self._impression_times(list(events))
+            for event, time_ms in zip(events.values(), times, strict=True):
+                assert time_ms is not None, "a held label event's impression is held"
+                mins = self._cold_labels.setdefault(self._pass_of(time_ms), {})
+                mins[kind] = min(mins.get(kind, event.offset), event.offset)
+        segments = []
+        for window, parts in self.pending.items():
+            hot = [p for p in parts if isinstance(p, pa.Table) and p.num_rows]
+            if not hot:
+                continue
+            table = pa.concat_tables(hot) if len(hot) > 1 else hot[0]
+            key = f"r{window}/{self._checkpoints:012d}".encode()
+            segments.append((key, table))
+            spilled = [p for p in parts if isinstance(p, Segment)]
+            self.pending[window] = [*spilled, segment_of(key, table)]
+        counters = self.counters
+        meta = {
+            "fingerprint": self._spill.fingerprint,
+            "closed_through": self.closed_through,
+            "read_to": read_to,
+            "newest_ms": newest_ms,
+            "checkpoints": self._checkpoints,
+            "pending": {
+                w: [p.to_json() for p in parts if isinstance(p, Segment)]
+                for w, parts in self.pending.items()
+            },
+            "cold_labels": self._cold_labels,
+            "counters": {
+                "late_impressions": counters.late_impressions,
+                "labels": {k: vars(c) for k, c in counters.labels.items()},
+                "malformed": dict(counters.malformed),
+            },
+        }
+        self._store.checkpoint(
+            impressions=self._time_of,
+            labels=self._held,
+            duplicates=self._duplicates,
+            segments=segments,
+            unmatched=self._unmatched,
+            meta=meta,
+        )
+        self._time_of, self._duplicates, self._hot_arrow = {}, [], 0
+        self._held = {k: {} for k in self.labels}
+
+    def restore(self) -> tuple[dict[str, int], dict[str, int]] | None:
+        """Resume from the spill store's checkpoint if one was taken by this pipeline after
+        the cut of this join's newest slice: returns where the partition had read to and
+        its newest event times. Otherwise (no store, another pipeline's, a cut not
+        checkpointed: dirty) the store is removed and None says to replay the topics."""
+        if self._spill is None or not self._spill.path.exists():
+            return None
+        store = SpillStore(self._spill.path, self._spill.store_mib)
+        meta = store.meta()
+        if (
+            meta is None
+            or meta["fingerprint"] != self._spill.fingerprint
+            or meta["closed_through"] != self.closed_through
+        ):
+            store.close()
+            SpillStore.remove(self._spill.path)
+            return None
+        self._store, self._checkpoints = store, meta["checkpoints"]
+        self.pending = {
+            w: [Segment.from_json(p) for p in parts] for w, parts in meta["pending"].items()
+        }
+        self._cold_labels = meta["cold_labels"]
+        counters = meta["counters"]
+        self.counters = JoinCounters(
+            late_impressions=counters["late_impressions"],
+            labels={k: LabelCounters(**c) for k, c in counters["labels"].items()},
+            malformed=Counter(counters["malformed"]),
+        )
+        for kind, event_id, event in store.unmatched():
+            self._unmatched[kind][event_id] = event
+        return meta["read_to"], meta["newest_ms"]
+
+    def close_store(self) -> None:
+        """Close the spill store (the partition changed hands or the builder stops)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None

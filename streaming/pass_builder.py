@@ -35,6 +35,7 @@ assignor gives the same partition of both topics to the same builder.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
@@ -62,6 +63,7 @@ from streaming.events import (
     pass_table_schema,
 )
 from streaming.join import IMPRESSIONS, PartitionJoin, Stray
+from streaming.join_spill import SpillSettings
 from streaming.kafka_source import KafkaSource
 from streaming.slice_writer import SliceWriter
 from streaming.slices import (
@@ -76,6 +78,7 @@ from streamrec.atomic_fs import remove_leftovers, write_text_atomic
 from streamrec.config import EMBEDDED, PipelineConfig, kind_column, label_column, load_config
 from streamrec.entry import run_command
 from streamrec.errors import StreamrecError
+from streamrec.layout import Layout
 from streamrec.passes import (
     EventCounts,
     LabelCounts,
@@ -226,17 +229,54 @@ class PassBuilder:
             plan=self._plan,
             pass_minutes=self._minutes,
             cut_consumed=lambda window: self._cut_consumed(partition, window),
+            spill=self._spill_settings(partition),
         )
         resume = {k: v for k, v in by_kind.items() if v is not None}
         now = time.monotonic()
         state = _Partition(join=join, resume=resume, last_seen={k: now for k in self.topics})
+        restored = join.restore()
+        if restored is not None:  # the spill store's checkpoint is newer than the slice
+            state.resume, state.newest_ms = dict(restored[0]), dict(restored[1])
+            state.consumed_to = dict(restored[0])
         log.info(
-            "partition %d: resuming after %s at %s",
+            "partition %d: resuming after %s at %s%s",
             partition,
             newest.pass_id if newest else "nothing",
-            resume or "the beginning",
+            state.resume or "the beginning",
+            f" from its spill store ({join.waiting():,} rows waiting)" if restored else "",
         )
         return state
+
+    def _spill_settings(self, partition: int) -> SpillSettings | None:
+        """Where ``partition``'s join spills past its share of ``passes.join_memory_mib``
+        (None: it never spills)."""
+        budget = self.cfg.passes.join_memory_mib
+        if budget is None:
+            return None
+        made_by = f"{self._rows_schema}|{self._plan!r}|{self._minutes}"
+        return SpillSettings(
+            Layout.of(self.cfg.paths).join_spill(self.cfg.kafka.consumer_group, partition),
+            max(budget // max(self.partitions, 1), 1),
+            hashlib.sha256(made_by.encode()).hexdigest(),
+        )
+
+    def _checkpoint(self, partition: int, state: _Partition) -> None:
+        """Move ``partition``'s join state into its spill store with where it has read to
+        (its strays dead-lettered first: the store's counts include them)."""
+        self._dead_letter_strays(partition, state.join.take_strays())
+        self._source.flush_dead_letters()
+        read_to = {k: state.consumed_to.get(k, state.resume.get(k, 0)) for k in self.topics}
+        state.join.checkpoint(read_to, dict(state.newest_ms))
+
+    def _spill_if_full(self, partition: int) -> None:
+        """Checkpoint ``partition``'s join once its memory is past its budget (not while a
+        slice of it is being written: the checkpoint names the newest cut as published)."""
+        state = self._owned.get(partition)
+        if state is None or not state.join.over_budget():
+            return
+        settled = self._finish_write(partition, wait=False)
+        if settled and self._owned.get(partition) is state and state.join.over_budget():
+            self._checkpoint(partition, state)
 
     def _cut_consumed(self, partition: int, window: str) -> int | None:
         """The impression offset ``partition`` had read up to when it cut ``window`` (None:
@@ -264,10 +304,13 @@ class PassBuilder:
         for tp in revoked:
             self._finish_write(tp.partition)
             if (state := self._owned.pop(tp.partition, None)) is not None:
+                state.join.close_store()
                 for kind in list(state.held):
                     self._release_hold(tp.partition, state, kind)
 
     def _resync(self, partition: int) -> None:
+        if (old := self._owned.get(partition)) is not None:
+            old.join.close_store()
         state = self._load(partition)
         self._owned[partition] = state
         self._seek(partition, state, [TopicPartition(t, partition) for t in self.topics.values()])
@@ -565,6 +608,8 @@ class PassBuilder:
         if owned:
             written.owner.resume = {self._kind[t]: o for t, o in written.resume.items()}
             self._source.commit(partition, written.resume)
+            if written.owner.join.spilled:
+                self._checkpoint(partition, written.owner)
         return True
 
     def _finish_writes(self) -> None:
@@ -594,6 +639,9 @@ class PassBuilder:
                 )
             self._cut(partition, window)
             closed = window
+            # a spilled join's cut changed its store: published and checkpointed at once
+            if state.join.spilled and not self._finish_write(partition):
+                return True
         return True
 
     def _read_to(self, ends: dict[int, dict[str, int]]) -> bool:
@@ -663,6 +711,8 @@ class PassBuilder:
             submitted = [self._submit(tp.topic, tp.partition, m, now) for tp, m in records.items()]
             for batch in in_flight:
                 self._apply(batch)
+            for partition in {b.partition for b in in_flight}:
+                self._spill_if_full(partition)
             in_flight = [b for b in submitted if b is not None]
             self._rescan()
             for partition in sorted(self._owned):
@@ -682,6 +732,7 @@ class PassBuilder:
     def close(self) -> None:
         self._finish_writes()
         for partition, state in self._owned.items():  # nobody watches them any more
+            state.join.close_store()
             for kind in list(state.held):
                 self._release_hold(partition, state, kind)
         self._decoder.shutdown()

@@ -12,6 +12,7 @@
     <work_root>/cluster-logs/                      the launcher's and node agents' logs
     <work_root>/pass-text/worker-<rank>/           a worker's pass in MultiSlot text
     <work_root>/metric-dumps/worker-<rank>/<phase>/  a worker's dumped predictions
+    <work_root>/join-spill/<group>/p<N>/           a builder's spilled waiting rows
 
 ``<day>`` is a pass's logical UTC day (``day_of``). Every stage and retention asks a
 ``Layout`` (``Layout.of(cfg.paths)``), so a folder is named once.
@@ -125,6 +126,11 @@ class Layout:
 
     def pass_text(self, rank: int) -> Path:
         return self.work_root / "pass-text" / f"worker-{rank}"
+
+    def join_spill(self, consumer_group: str, partition: int) -> Path:
+        """Where the pass builder spills partition ``partition``'s waiting rows: local
+        disk of the builder's host (``streaming.join_spill``)."""
+        return self.work_root / "join-spill" / consumer_group / f"p{partition}"
 
     def metric_dumps(self, rank: int, phase: str) -> Path:
         return self.work_root / "metric-dumps" / f"worker-{rank}" / phase

@@ -40,6 +40,15 @@ class PassConfig(_Strict):
     parts_per_pass: int = Field(
         4, ge=1, description="Parquet parts per pass; each worker reads whole parts."
     )
+    join_memory_mib: int | None = Field(
+        1024,
+        ge=1,
+        description="Memory a builder's waiting rows may take (each partition of the "
+        "topic an equal share); past it a partition's rows spill to local disk under "
+        "work_root/join-spill, checkpointed so that a restart resumes there instead of "
+        "replaying the topics (a share of a few MiB spills at every poll). null holds every "
+        "waiting row in memory.",
+    )
 
     @field_validator("pass_minutes")
     @classmethod

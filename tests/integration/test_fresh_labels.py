@@ -71,7 +71,12 @@ def _config(services, root: Path) -> PipelineConfig:
         name=f"fresh{suffix}",
         schema={**fs, "labels": labels},
         kafka={"impressions_topic": f"impressions-{suffix}", "session_timeout_ms": 6000},
-        passes={"allowed_lateness_seconds": 10, "idle_partition_seconds": 3, "parts_per_pass": 2},
+        passes={
+            "allowed_lateness_seconds": 10,
+            "idle_partition_seconds": 3,
+            "parts_per_pass": 2,
+            "join_memory_mib": 1,  # spilled at every poll: restarts resume from the store
+        },
         paths=PathConfig.under(root),
         synthetic={
             "events_per_pass": 3000,
@@ -136,17 +141,22 @@ def _written(cfg: PipelineConfig, through: str, ids: set[str]) -> Counter[tuple]
     return written
 
 
-def _build_with_kills(config: Path, cfg: PipelineConfig, until: str) -> int:
+def _build_with_kills(config: Path, cfg: PipelineConfig, until: str) -> tuple[int, str]:
+    """Run ``build-passes`` until ``until`` is complete, SIGKILLed four times a slice or two
+    after it started; the kills and the builders' logs."""
     rng = random.Random(58)
     slices = Path(cfg.paths.data_root) / "slices"
     kills, deadline = 0, time.monotonic() + 200
+    log = Path(cfg.paths.work_root) / "build-passes.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     while not (pass_dir(cfg.paths.data_root, until) / "_SUCCESS").exists():
         assert time.monotonic() < deadline, "the builder did not finish"
-        proc = subprocess.Popen(
-            [CLI, "build-passes", "--config", str(config), "--until-pass", until],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        with log.open("ab") as out:
+            proc = subprocess.Popen(
+                [CLI, "build-passes", "--config", str(config), "--until-pass", until],
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+            )
         if kills < 4:
             target = len(list(slices.glob("*/*/p*/_SUCCESS"))) + rng.randint(1, 2)
             while proc.poll() is None and len(list(slices.glob("*/*/p*/_SUCCESS"))) < target:
@@ -155,7 +165,7 @@ def _build_with_kills(config: Path, cfg: PipelineConfig, until: str) -> int:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
         proc.wait(timeout=300)
-    return kills
+    return kills, log.read_text()
 
 
 def _scored(cfg: PipelineConfig, pass_id: str) -> dict[str, np.ndarray]:
@@ -175,20 +185,21 @@ def _scored(cfg: PipelineConfig, pass_id: str) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def built(services, tmp_path_factory: pytest.TempPathFactory):
     """The stream produced by ``streamrec produce`` and cut by ``streamrec build-passes``,
-    SIGKILLed four times; its config, the kills, and each impression's final labels."""
+    SIGKILLed four times, its join spilled; its config, the kills and the builders' log."""
     root = tmp_path_factory.mktemp("fresh")
     cfg = _config(services, root)
     config = dump_config(cfg, root / "fresh.yaml")
     produce = ["produce", "--config", str(config), "--synthetic", "--passes", str(PASSES)]
     done = subprocess.run([CLI, *produce, "--start", FIRST], capture_output=True, timeout=300)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
-    kills = _build_with_kills(config, cfg, _after(FIRST, PASSES + 1))
-    return cfg, kills
+    kills, log = _build_with_kills(config, cfg, _after(FIRST, PASSES + 1))
+    return cfg, kills, log
 
 
 def test_fresh_rows_are_written_once_by_event_id_however_often_the_builder_dies(built) -> None:
-    cfg, kills = built
+    cfg, kills, log = built
     assert kills >= 3
+    assert "from its spill store" in log, log[-3000:]  # a restart that replayed nothing
     implied, final = _implied(cfg)
     written = _written(cfg, _after(FIRST, PASSES + 1), set(final))
     assert written == implied, (
@@ -236,7 +247,7 @@ def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate
     against the binomial's 0.054: 1.45 times the variance). Without the weights the model
     learns the rate of the rows written, p / (1 + p), and the COPC rises past the bar by
     about the click rate (0.23 here)."""
-    cfg, _ = built
+    cfg, _, _ = built
     config = _trained_by(cfg, weights, tmp_path)
     _, final = _implied(cfg)
     passes = [_after(FIRST, i) for i in range(PASSES + 2)]

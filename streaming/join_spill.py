@@ -1,0 +1,283 @@
+"""One partition's waiting rows on local disk, in RocksDB (rocksdict): the join's cold tier.
+
+The join keeps new state in memory (its hot tier) and, past its share of
+``passes.join_memory_mib``, moves all of it here in one atomic write batch together with
+where the partition had read to: a *checkpoint*. So the store always holds the whole join
+state as of one checkpoint, and a restarted builder resumes from it instead of replaying
+the topics from the newest slice's resume offsets. Between checkpoints the store only
+changes when a cut writes rows: their entries are deleted at once, after marking the
+store *dirty*; a builder killed before the next checkpoint finds it dirty and replays as
+if there were no store (``docs/DECISIONS.md``, "Waiting rows on disk").
+
+Keys (one column family; prefixes keep each kind together and in order):
+
+    i<event id>                          -> the held impression's time (int64)
+    l<label>\\0<event id>                 -> its label event (time, offset, flags)
+    d<due time, big-endian><event id>\\0<label> -> a duplicate positive to write
+    u<label>\\0<event id>                 -> an unmatched label event (rewritten whole)
+    r<window>/<sequence>                 -> a segment of held rows (Arrow IPC stream)
+    m                                    -> the checkpoint (JSON)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import rocksdict
+
+MIB = 1 << 20
+_TIME = struct.Struct("<q")
+_EVENT = struct.Struct("<qqB")  # time, offset, flags (replayed 1, late 2)
+_DUE = struct.Struct(">Q")  # sorts as the time does: shifted past the sign
+_SHIFT = 1 << 63
+META = b"m"
+
+
+@dataclass(frozen=True)
+class SpillSettings:
+    """Where a partition's join spills, and within how much memory its hot tier and the
+    store's caches stay."""
+
+    path: Path
+    memory_mib: int
+    fingerprint: str  # what the rows were made by: a checkpoint of another is not restored
+
+    @property
+    def store_mib(self) -> int:
+        """The store's block cache and write buffers: an eighth of the budget, at least
+        one MiB (RocksDB's own floor is a few)."""
+        return max(self.memory_mib // 8, 1)
+
+    @property
+    def hot_bytes(self) -> int:
+        """What the hot tier may hold before it is checkpointed to the store."""
+        return (self.memory_mib - self.store_mib) * MIB
+
+
+@dataclass
+class LabelEvent:
+    """A label event the join holds."""
+
+    time_ms: int
+    offset: int
+    replayed: bool
+    late: bool = False  # read after the row it belonged in was written
+
+
+def pack_event(event: LabelEvent) -> bytes:
+    return _EVENT.pack(event.time_ms, event.offset, event.replayed | event.late << 1)
+
+
+def unpack_event(value: bytes) -> LabelEvent:
+    time_ms, offset, flags = _EVENT.unpack(value)
+    return LabelEvent(time_ms, offset, bool(flags & 1), bool(flags & 2))
+
+
+def _label_key(prefix: bytes, kind: str, event_id: str) -> bytes:
+    return prefix + kind.encode() + b"\0" + event_id.encode()
+
+
+def _due_key(due_ms: int, event_id: str, kind: str) -> bytes:
+    return b"d" + _DUE.pack(due_ms + _SHIFT) + event_id.encode() + b"\0" + kind.encode()
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Held rows on disk: where, how many, the lowest offset, and their times per second
+    (``seconds[i]`` rows at second ``first_s + i``), enough to count without reading."""
+
+    key: bytes
+    rows: int
+    min_offset: int
+    first_s: int
+    seconds: np.ndarray
+
+    def count_between(self, start_ms: int, end_ms: int) -> int:
+        """Rows with a time in [start_ms, end_ms), both whole seconds."""
+        lo = min(max(start_ms // 1000 - self.first_s, 0), len(self.seconds))
+        hi = min(max(end_ms // 1000 - self.first_s, 0), len(self.seconds))
+        return int(self.seconds[lo:hi].sum())
+
+    def to_json(self) -> list[Any]:
+        return [self.key.hex(), self.rows, self.min_offset, self.first_s, self.seconds.tolist()]
+
+    @classmethod
+    def from_json(cls, value: list[Any]) -> Segment:
+        key, rows, min_offset, first_s, seconds = value
+        return cls(bytes.fromhex(key), rows, min_offset, first_s, np.array(seconds, np.int64))
+
+
+def segment_of(key: bytes, table: pa.Table) -> Segment:
+    """The segment handle of ``table`` stored under ``key``."""
+    seconds = table["event_time_ms"].to_numpy() // 1000
+    first = int(seconds.min())
+    return Segment(
+        key,
+        table.num_rows,
+        int(table["kafka_offset"].to_numpy().min()),
+        first,
+        np.bincount(seconds - first),
+    )
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+class SpillStore:
+    """The cold tier of one partition's join (module docstring)."""
+
+    def __init__(self, path: Path, memory_mib: int) -> None:
+        """Open (or create) the store at ``path``, its block cache and write buffers within
+        ``memory_mib``."""
+        opts = rocksdict.Options(raw_mode=True)
+        opts.create_if_missing(True)
+        opts.set_write_buffer_size(max(memory_mib // 4, 4) * MIB)
+        opts.set_max_write_buffer_number(2)
+        table = rocksdict.BlockBasedOptions()
+        table.set_block_cache(rocksdict.Cache(max(memory_mib // 2, 8) * MIB))
+        table.set_bloom_filter(10, False)  # most lookups are of ids not held
+        opts.set_block_based_table_factory(table)
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = rocksdict.Rdict(str(path), opts)
+        self._sync = rocksdict.WriteOptions()
+        self._sync.sync = True
+        self._dirty = False
+
+    def close(self) -> None:
+        self._db.close()
+
+    @staticmethod
+    def remove(path: Path) -> None:
+        """Delete the store at ``path`` (nothing there is fine)."""
+        shutil.rmtree(path, ignore_errors=True)
+
+    # -- the checkpoint ----------------------------------------------------------------
+
+    def meta(self) -> dict[str, Any] | None:
+        """The newest checkpoint, or None when there is none or a cut has changed the
+        store since (it is dirty)."""
+        value = self._db.get(META)
+        if value is None:
+            return None
+        meta = json.loads(value)
+        return meta if meta.get("clean") else None
+
+    def _mark_dirty(self) -> None:
+        if not self._dirty:
+            self._db.put(META, json.dumps({"clean": False}).encode(), self._sync)
+            self._dirty = True
+
+    def checkpoint(
+        self,
+        *,
+        impressions: dict[str, int],
+        labels: dict[str, dict[str, LabelEvent]],
+        duplicates: Iterable[tuple[int, str, str]],
+        segments: list[tuple[bytes, pa.Table]],
+        unmatched: dict[str, dict[str, LabelEvent]],
+        meta: dict[str, Any],
+    ) -> None:
+        """Add the hot tier's state and replace the unmatched events and the checkpoint's
+        description, all in one synced write batch."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for event_id, time_ms in impressions.items():
+            batch.put(b"i" + event_id.encode(), _TIME.pack(time_ms))
+        for kind, events in labels.items():
+            for event_id, event in events.items():
+                batch.put(_label_key(b"l", kind, event_id), pack_event(event))
+        for due_ms, event_id, kind in duplicates:
+            batch.put(_due_key(due_ms, event_id, kind), b"")
+        for key, table in segments:
+            batch.put(key, _ipc(table))
+        batch.delete_range(b"u", b"v")
+        for kind, events in unmatched.items():
+            for event_id, event in events.items():
+                batch.put(_label_key(b"u", kind, event_id), pack_event(event))
+        batch.put(META, json.dumps({**meta, "clean": True}).encode())
+        self._db.write(batch, self._sync)
+        self._dirty = False
+
+    # -- reading -------------------------------------------------------------------------
+
+    def impression_times(self, event_ids: list[str]) -> list[int | None]:
+        """The held time of each impression (None: not held here)."""
+        values = self._db.get([b"i" + e.encode() for e in event_ids])
+        return [None if v is None else _TIME.unpack(v)[0] for v in values]
+
+    def label_events(self, kind: str, event_ids: list[str]) -> list[LabelEvent | None]:
+        """The held ``kind`` event of each impression (None: none here)."""
+        values = self._db.get([_label_key(b"l", kind, e) for e in event_ids])
+        return [None if v is None else unpack_event(v) for v in values]
+
+    def segment(self, key: bytes) -> pa.Table:
+        value = self._db.get(key)
+        if value is None:
+            raise KeyError(f"spill segment {key!r} is missing from {self.path}")
+        return pa.ipc.open_stream(value).read_all()
+
+    def unmatched(self) -> Iterator[tuple[str, str, LabelEvent]]:
+        """Every unmatched label event of the checkpoint: (label, event id, event)."""
+        for key, value in self._prefix(b"u", b"v"):
+            kind, event_id = key[1:].decode().split("\0", 1)
+            yield kind, event_id, unpack_event(value)
+
+    def first_due(self) -> int | None:
+        """When the earliest duplicate held here is due (None: none)."""
+        for key, _ in self._prefix(b"d", b"e"):
+            return _DUE.unpack(key[1:9])[0] - _SHIFT
+        return None
+
+    def take_due(self, before_ms: int) -> list[tuple[int, str, str]]:
+        """The duplicates due before ``before_ms``, deleted from the store."""
+        end = b"d" + _DUE.pack(before_ms + _SHIFT)
+        due = []
+        for key, _ in self._prefix(b"d", end):
+            event_id, kind = key[9:].decode().split("\0", 1)
+            due.append((_DUE.unpack(key[1:9])[0] - _SHIFT, event_id, kind))
+        if due:
+            self._mark_dirty()
+            self._db.delete_range(b"d", end, self._sync)
+        return due
+
+    def _prefix(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek(start)
+        while it.valid() and (key := it.key()) < end:
+            yield key, it.value()
+            it.next()
+
+    # -- a cut's deletions ------------------------------------------------------------------
+
+    def delete(
+        self,
+        *,
+        impressions: Sequence[str] = (),
+        labels: Mapping[str, Sequence[str]] | None = None,
+        segments: Sequence[bytes] = (),
+    ) -> None:
+        """Delete written rows' entries (the store is dirty until the next checkpoint)."""
+        if not (impressions or segments or any((labels or {}).values())):
+            return
+        self._mark_dirty()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for event_id in impressions:
+            batch.delete(b"i" + event_id.encode())
+        for kind, ids in (labels or {}).items():
+            for event_id in ids:
+                batch.delete(_label_key(b"l", kind, event_id))
+        for key in segments:
+            batch.delete(key)
+        self._db.write(batch)
