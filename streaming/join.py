@@ -514,22 +514,26 @@ class PartitionJoin:
         time_of = self._time_of
         spilled = [event_id for event_id in ids if time_of.pop(event_id, None) is None]
         if not self.labels:
-            self._forget(spilled)
+            self._forget(spilled, {})
             return table
         times = table.column("event_time_ms").to_numpy()
         columns: dict[str, np.ndarray] = {}
         events: dict[str, list[LabelEvent | None]] = {}
         delays: dict[str, np.ndarray] = {}
+        position = {event_id: i for i, event_id in enumerate(ids)} if spilled else {}
+        spilled_events: dict[str, list[str]] = {}
         for kind, label in self.labels.items():
             held = self._held[kind]
             found = [held.pop(event_id, None) for event_id in ids]
             if spilled and self._store is not None:
-                position = {event_id: i for i, event_id in enumerate(ids)}
+                mine = spilled_events[kind] = []
                 for event_id, event in zip(
                     spilled, self._store.label_events(kind, spilled), strict=True
                 ):
-                    if found[position[event_id]] is None:
-                        found[position[event_id]] = event
+                    if event is not None:
+                        mine.append(event_id)
+                        if found[position[event_id]] is None:
+                            found[position[event_id]] = event
             values = np.zeros(len(ids), dtype=np.int8)
             delay = np.full(len(ids), -1, dtype=np.int64)
             for i, event in enumerate(found):
@@ -542,7 +546,7 @@ class PartitionJoin:
                     self.counters.of(kind).late += 1
                     self._stray(kind, ids[i], event, "late")
             columns[label.column], events[kind], delays[kind] = values, found, delay
-        self._forget(spilled)
+        self._forget(spilled, spilled_events)
         for kind, label in self.labels.items():
             if label.requires is None:
                 continue
@@ -570,11 +574,12 @@ class PartitionJoin:
                     self.used_offsets.setdefault(kind, []).extend(used)
         return self._with_columns(table, columns)
 
-    def _forget(self, spilled: list[str]) -> None:
-        """Delete written impressions from the spill store, with their label events (only
-        a spilled impression has spilled label events: a checkpoint moves both)."""
+    def _forget(self, spilled: list[str], events: dict[str, list[str]]) -> None:
+        """Delete written impressions from the spill store, and the label events found
+        there (only a spilled impression has spilled label events: a checkpoint moves
+        both)."""
         if spilled and self._store is not None:
-            self._store.delete(impressions=spilled, labels={k: spilled for k in self.labels})
+            self._store.delete(impressions=spilled, labels=events)
 
     def _open(self, horizon: int) -> dict[str, int]:
         """Per label written before its window closes: held impressions whose row is written
@@ -725,7 +730,7 @@ class PartitionJoin:
             if not hot:
                 continue
             table = pa.concat_tables(hot) if len(hot) > 1 else hot[0]
-            key = f"r{window}/{self._checkpoints:012d}".encode()
+            key = f"{window}-{self._checkpoints:012d}.arrow"
             segments.append((key, table))
             spilled = [p for p in parts if isinstance(p, Segment)]
             self.pending[window] = [*spilled, segment_of(key, table)]
@@ -780,6 +785,7 @@ class PartitionJoin:
             w: [Segment.from_json(p) for p in parts] for w, parts in meta["pending"].items()
         }
         self._cold_labels = meta["cold_labels"]
+        store.prune({p.key for parts in self.pending.values() for p in parts})
         counters = meta["counters"]
         self.counters = JoinCounters(
             late_impressions=counters["late_impressions"],

@@ -9,19 +9,24 @@ changes when a cut writes rows: their entries are deleted at once, after marking
 store *dirty*; a builder killed before the next checkpoint finds it dirty and replays as
 if there were no store (``docs/DECISIONS.md``, "Waiting rows on disk").
 
+The held rows themselves are Arrow IPC files beside the database (``segments/``), written
+and synced before the checkpoint that names them, read back memory-mapped: RocksDB keeps
+the small entries, where its memtable, write-ahead log and compactions would otherwise
+copy gigabytes of rows again and again (``docs/DECISIONS.md``).
+
 Keys (one column family; prefixes keep each kind together and in order):
 
     i<event id>                          -> the held impression's time (int64)
     l<label>\\0<event id>                 -> its label event (time, offset, flags)
     d<due time, big-endian><event id>\\0<label> -> a duplicate positive to write
     u<label>\\0<event id>                 -> an unmatched label event (rewritten whole)
-    r<window>/<sequence>                 -> a segment of held rows (Arrow IPC stream)
     m                                    -> the checkpoint (JSON)
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -58,8 +63,10 @@ class SpillSettings:
 
     @property
     def hot_bytes(self) -> int:
-        """What the hot tier may hold before it is checkpointed to the store."""
-        return (self.memory_mib - self.store_mib) * MIB
+        """What the hot tier may hold before it is checkpointed to the store: three
+        quarters of the rest, the last quarter for what the estimate misses (the store's
+        bloom filters and indexes, the allocators' slack: bench/label_memory.py)."""
+        return (self.memory_mib - self.store_mib) * MIB * 3 // 4
 
 
 @dataclass
@@ -81,8 +88,9 @@ def unpack_event(value: bytes) -> LabelEvent:
     return LabelEvent(time_ms, offset, bool(flags & 1), bool(flags & 2))
 
 
-def _label_key(prefix: bytes, kind: str, event_id: str) -> bytes:
-    return prefix + kind.encode() + b"\0" + event_id.encode()
+def _label_keys(prefix: bytes, kind: str, event_ids: Iterable[str]) -> list[bytes]:
+    head = prefix + kind.encode() + b"\0"
+    return [head + event_id.encode() for event_id in event_ids]
 
 
 def _due_key(due_ms: int, event_id: str, kind: str) -> bytes:
@@ -94,7 +102,7 @@ class Segment:
     """Held rows on disk: where, how many, the lowest offset, and their times per second
     (``seconds[i]`` rows at second ``first_s + i``), enough to count without reading."""
 
-    key: bytes
+    key: str  # its file under segments/
     rows: int
     min_offset: int
     first_s: int
@@ -107,15 +115,15 @@ class Segment:
         return int(self.seconds[lo:hi].sum())
 
     def to_json(self) -> list[Any]:
-        return [self.key.hex(), self.rows, self.min_offset, self.first_s, self.seconds.tolist()]
+        return [self.key, self.rows, self.min_offset, self.first_s, self.seconds.tolist()]
 
     @classmethod
     def from_json(cls, value: list[Any]) -> Segment:
         key, rows, min_offset, first_s, seconds = value
-        return cls(bytes.fromhex(key), rows, min_offset, first_s, np.array(seconds, np.int64))
+        return cls(key, rows, min_offset, first_s, np.array(seconds, np.int64))
 
 
-def segment_of(key: bytes, table: pa.Table) -> Segment:
+def segment_of(key: str, table: pa.Table) -> Segment:
     """The segment handle of ``table`` stored under ``key``."""
     seconds = table["event_time_ms"].to_numpy() // 1000
     first = int(seconds.min())
@@ -128,11 +136,14 @@ def segment_of(key: bytes, table: pa.Table) -> Segment:
     )
 
 
-def _ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
+def _write_synced(path: Path, table: pa.Table) -> None:
+    """``table`` as an Arrow IPC file at ``path``, on disk before this returns."""
+    tmp = path.with_suffix(".tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    with tmp.open("rb+") as f:
+        os.fsync(f.fileno())
+    tmp.replace(path)
 
 
 class SpillStore:
@@ -150,8 +161,9 @@ class SpillStore:
         table.set_bloom_filter(10, False)  # most lookups are of ids not held
         opts.set_block_based_table_factory(table)
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = rocksdict.Rdict(str(path), opts)
+        self._segments = path / "segments"
+        self._segments.mkdir(parents=True, exist_ok=True)
+        self._db = rocksdict.Rdict(str(path / "db"), opts)
         self._sync = rocksdict.WriteOptions()
         self._sync.sync = True
         self._dirty = False
@@ -186,26 +198,32 @@ class SpillStore:
         impressions: dict[str, int],
         labels: dict[str, dict[str, LabelEvent]],
         duplicates: Iterable[tuple[int, str, str]],
-        segments: list[tuple[bytes, pa.Table]],
+        segments: list[tuple[str, pa.Table]],
         unmatched: dict[str, dict[str, LabelEvent]],
         meta: dict[str, Any],
     ) -> None:
         """Add the hot tier's state and replace the unmatched events and the checkpoint's
-        description, all in one synced write batch."""
+        description, all in one synced write batch (the segments' files first)."""
+        for key, table in segments:
+            _write_synced(self._segments / key, table)
+        if segments:
+            descriptor = os.open(self._segments, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)  # the renames too
+            finally:
+                os.close(descriptor)
         batch = rocksdict.WriteBatch(raw_mode=True)
         for event_id, time_ms in impressions.items():
             batch.put(b"i" + event_id.encode(), _TIME.pack(time_ms))
         for kind, events in labels.items():
-            for event_id, event in events.items():
-                batch.put(_label_key(b"l", kind, event_id), pack_event(event))
+            for key, event in zip(_label_keys(b"l", kind, events), events.values(), strict=True):
+                batch.put(key, pack_event(event))
         for due_ms, event_id, kind in duplicates:
             batch.put(_due_key(due_ms, event_id, kind), b"")
-        for key, table in segments:
-            batch.put(key, _ipc(table))
         batch.delete_range(b"u", b"v")
         for kind, events in unmatched.items():
-            for event_id, event in events.items():
-                batch.put(_label_key(b"u", kind, event_id), pack_event(event))
+            for key, event in zip(_label_keys(b"u", kind, events), events.values(), strict=True):
+                batch.put(key, pack_event(event))
         batch.put(META, json.dumps({**meta, "clean": True}).encode())
         self._db.write(batch, self._sync)
         self._dirty = False
@@ -219,14 +237,19 @@ class SpillStore:
 
     def label_events(self, kind: str, event_ids: list[str]) -> list[LabelEvent | None]:
         """The held ``kind`` event of each impression (None: none here)."""
-        values = self._db.get([_label_key(b"l", kind, e) for e in event_ids])
+        values = self._db.get(_label_keys(b"l", kind, event_ids))
         return [None if v is None else unpack_event(v) for v in values]
 
-    def segment(self, key: bytes) -> pa.Table:
-        value = self._db.get(key)
-        if value is None:
-            raise KeyError(f"spill segment {key!r} is missing from {self.path}")
-        return pa.ipc.open_stream(value).read_all()
+    def segment(self, key: str) -> pa.Table:
+        """A segment's rows, memory-mapped."""
+        return pa.ipc.open_file(pa.memory_map(str(self._segments / key))).read_all()
+
+    def prune(self, keep: set[str]) -> None:
+        """Delete segment files no checkpoint names (written by a checkpoint that did not
+        commit)."""
+        for path in self._segments.iterdir():
+            if path.name not in keep:
+                path.unlink()
 
     def unmatched(self) -> Iterator[tuple[str, str, LabelEvent]]:
         """Every unmatched label event of the checkpoint: (label, event id, event)."""
@@ -266,7 +289,7 @@ class SpillStore:
         *,
         impressions: Sequence[str] = (),
         labels: Mapping[str, Sequence[str]] | None = None,
-        segments: Sequence[bytes] = (),
+        segments: Sequence[str] = (),
     ) -> None:
         """Delete written rows' entries (the store is dirty until the next checkpoint)."""
         if not (impressions or segments or any((labels or {}).values())):
@@ -276,8 +299,8 @@ class SpillStore:
         for event_id in impressions:
             batch.delete(b"i" + event_id.encode())
         for kind, ids in (labels or {}).items():
-            for event_id in ids:
-                batch.delete(_label_key(b"l", kind, event_id))
-        for key in segments:
-            batch.delete(key)
+            for key in _label_keys(b"l", kind, ids):
+                batch.delete(key)
         self._db.write(batch)
+        for key in segments:
+            (self._segments / key).unlink()
