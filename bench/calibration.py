@@ -234,9 +234,15 @@ def _cli(*args: str, timeout: float) -> None:
         raise RuntimeError(f"streamrec {args[0]} exited {done.returncode}: {done.stderr[-2000:]}")
 
 
-def train_on_the_cluster(cfg: PipelineConfig, config: Path, passes: list[str]) -> list[TrainResult]:
+def train_on_the_cluster(
+    cfg: PipelineConfig,
+    config: Path,
+    passes: list[str],
+    after: Callable[[ClusterClient, str], None] | None = None,
+) -> list[TrainResult]:
     """``streamrec cluster`` started as an operator does, each pass trained through its
-    command queue, then stopped with SIGTERM; the pass results."""
+    command queue (``after(client, pass)`` called after each), then stopped with SIGTERM;
+    the pass results."""
     client = ClusterClient.from_config(cfg)
     proc = subprocess.Popen(
         [STREAMREC, "cluster", "--config", str(config)],
@@ -252,7 +258,12 @@ def train_on_the_cluster(cfg: PipelineConfig, config: Path, passes: list[str]) -
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("the cluster's workers never reported")
             time.sleep(0.3)
-        return [client.train(p) for p in passes]
+        results = []
+        for pass_id in passes:
+            results.append(client.train(pass_id))
+            if after is not None:
+                after(client, pass_id)
+        return results
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)

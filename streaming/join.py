@@ -600,8 +600,7 @@ class PartitionJoin:
         if isinstance(part, Segment):
             if start % 1000 == 0 and end % 1000 == 0:
                 return part.count_between(start, end)
-            assert self._store is not None
-            part = self._store.segment(part.key)
+            part = self._segment(part)
         times = part["event_time_ms"]
         inside = pc.and_(pc.greater_equal(times, start), pc.less(times, end))
         return int(pc.sum(inside).as_py() or 0)
@@ -673,14 +672,16 @@ class PartitionJoin:
         """Every held row of ``window``, spilled segments read back; rows held only in
         memory are kept as one table from now on."""
         parts = self.pending[window]
-        tables = [
-            self._store.segment(p.key) if isinstance(p, Segment) and self._store else p
-            for p in parts
-        ]
+        tables = [self._segment(p) if isinstance(p, Segment) else p for p in parts]
         table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if not any(isinstance(p, Segment) for p in parts):
             self.pending[window] = [table]
-        return table  # type: ignore[return-value]
+        return table
+
+    def _segment(self, segment: Segment) -> pa.Table:
+        if self._store is None:
+            raise RuntimeError("a spilled segment without its store")
+        return self._store.segment(segment.key)
 
     def _drop(self, window: str) -> None:
         """Hold no rows of ``window`` any more: its spilled segments are deleted."""

@@ -26,7 +26,9 @@ off the polling thread); this module keeps each owned partition's state and runs
 
 Partitions are the unit of ownership, so builders can share topics through a consumer
 group: on assignment a partition resumes from its newest slice's ``resume_offsets``
-(whatever Kafka's committed offsets say), on revocation its state is dropped, and a slice
+(whatever Kafka's committed offsets say), or from its spill store's checkpoint where the
+join had spilled past ``passes.join_memory_mib`` (``streaming.join_spill``), on
+revocation its state is dropped, and a slice
 that someone else published first (``SliceTaken``) makes the partition resume from that
 one. Impressions and label events are keyed by ``event_id`` and co-partitioned, and the range
 assignor gives the same partition of both topics to the same builder.
