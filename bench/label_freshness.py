@@ -134,24 +134,32 @@ def _build(cfg: PipelineConfig, stop: threading.Event) -> None:
         builder.close()
 
 
+def _first_rows(policy: Policy, pass_id: str, columns: list[str]) -> pa.Table:
+    """``columns`` of the pass's rows that are its impressions' first trainable rows (a
+    fresh policy's observed rows; every row after the window)."""
+    directory = pass_dir(policy.cfg.paths.data_root, pass_id)
+    kind = kind_column("click")
+    fresh = policy.name != "after_window"
+    parts = [
+        pq.read_table(directory / part.file, columns=[*columns, kind] if fresh else columns)
+        for part in read_manifest(directory).parts
+    ]
+    if not parts:  # an empty pass
+        return pa.table({c: pa.array([], pa.int64()) for c in columns})
+    table = pa.concat_tables(parts)
+    if fresh:
+        table = table.filter(pc.equal(table[kind], int(RowKind.OBSERVED)))
+    return table
+
+
 def _freshness(policy: Policy) -> list[float]:
     """Seconds from each impression's event time to its first trainable row's pass being
     written."""
-    root = policy.cfg.paths.data_root
+    root = Path(policy.cfg.paths.data_root)
     out: list[float] = []
     for pass_id in complete_passes(root):
-        directory = pass_dir(root, pass_id)
-        m = read_manifest(directory)
-        written_ms = datetime.fromisoformat(m.created_at).timestamp() * 1000
-        for part in m.parts:
-            columns = ["event_time_ms"] + (
-                [] if policy.name == "after_window" else [kind_column("click")]
-            )
-            table = pq.read_table(directory / part.file, columns=columns)
-            times = table["event_time_ms"].to_numpy()
-            if policy.name != "after_window":
-                times = times[table[kind_column("click")].to_numpy() == RowKind.OBSERVED]
-            out += ((written_ms - times) / 1000).tolist()
+        times = _first_rows(policy, pass_id, ["event_time_ms"])["event_time_ms"].to_numpy()
+        out += ((_written_ms(root, pass_id) - times) / 1000).tolist()
     return out
 
 
@@ -185,16 +193,7 @@ def _written_ms(root: Path, pass_id: str) -> float:
 
 def _impressions(policy: Policy, pass_id: str) -> set[str]:
     """The event ids whose first trainable row is in ``pass_id``: its window's impressions."""
-    directory = pass_dir(policy.cfg.paths.data_root, pass_id)
-    ids: set[str] = set()
-    for part in read_manifest(directory).parts:
-        if policy.name == "after_window":
-            table = pq.read_table(directory / part.file, columns=["event_id"])
-        else:
-            table = pq.read_table(directory / part.file, columns=["event_id", "kind_click"])
-            table = table.filter(pc.equal(table["kind_click"], int(RowKind.OBSERVED)))
-        ids.update(table["event_id"].to_pylist())
-    return ids
+    return set(_first_rows(policy, pass_id, ["event_id"])["event_id"].to_pylist())
 
 
 def _train_and_serve(policy: Policy, windows: list[str]) -> None:

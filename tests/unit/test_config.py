@@ -86,6 +86,7 @@ def test_unknown_key_is_named(tmp_path: Path, repo: Path) -> None:
     [
         ("passes__pass_minutes", 7, "divisor of 1440"),
         ("cluster__workers", 0, "cluster.workers"),
+        ("passes__join_memory_mib", 0, "passes.join_memory_mib"),
         ("name", "Bad Name", "'name'"),
     ],
 )
