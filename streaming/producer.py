@@ -121,14 +121,41 @@ def synthetic_passes(
 
 
 def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
-    """The messages a batch becomes under the configured labels: impressions carry the
+    """The messages one batch becomes under the configured labels: impressions carry the
     labels whose source is the impression, each joined label's events go to its topic.
     Label events are logged when they happen, so everything is sent merged in event-time
-    order, as a live stream would deliver it."""
-    joined = cfg.topic_labels
-    if not joined:
-        return [(cfg.kafka.impressions_topic, e) for e in batch.events]
-    dropped = {x.event_fields[0] for x in joined}
+    order, as a live stream would deliver it (across batches: ``merged_messages``)."""
+    return [(topic, event) for _, topic, event in _timed(cfg, batch)]
+
+
+def merged_messages(cfg: PipelineConfig, batches: Iterable[SyntheticBatch]) -> Iterator[Message]:
+    """The messages of consecutive batches in event-time order across them: a label event
+    later than the next batch's first impression (a conversion hours after its click) is
+    sent among that batch's events, as a live stream would, not with its impression's
+    batch. Sent batch after batch, so a topic's event times never run ahead of its
+    offsets by more than a label's delay (the builder's watermark counts on it)."""
+    waiting: list[tuple[int, int, str, dict[str, Any]]] = []  # (time, seq, topic, event)
+    seq = 0
+    for batch in batches:
+        timed = _timed(cfg, batch)
+        start = timed[0][0] if timed else None
+        while waiting and (start is None or waiting[0][0] < start):
+            _, _, topic, event = heapq.heappop(waiting)
+            yield topic, event
+        for time_ms, topic, event in timed:
+            seq += 1
+            heapq.heappush(waiting, (time_ms, seq, topic, event))
+    while waiting:
+        _, _, topic, event = heapq.heappop(waiting)
+        yield topic, event
+
+
+def _timed(cfg: PipelineConfig, batch: SyntheticBatch) -> list[tuple[int, str, dict[str, Any]]]:
+    """A batch's messages as (event time, topic, event), in event-time order (stable: an
+    impression before a label event of the same millisecond)."""
+    if not cfg.topic_labels:
+        return [(e["event_time"], cfg.kafka.impressions_topic, e) for e in batch.events]
+    dropped = {x.event_fields[0] for x in cfg.topic_labels}
     timed = [
         (
             e["event_time"],
@@ -137,10 +164,10 @@ def messages_for(cfg: PipelineConfig, batch: SyntheticBatch) -> list[Message]:
         )
         for e in batch.events
     ]
-    for label in joined:
+    for label in cfg.topic_labels:
         timed += [(x[label.time_key], label.topic, x) for x in batch.label_events(label.name)]
     timed.sort(key=lambda m: m[0])
-    return [(str(topic), event) for _, topic, event in timed]
+    return [(t, str(topic), event) for t, topic, event in timed]
 
 
 def ensure_event_topics(cfg: PipelineConfig) -> None:
@@ -160,8 +187,7 @@ def produce_synthetic(
     producer = make_producer(cfg.kafka)
     try:
         batches = dict(synthetic_passes(cfg, first_pass_id, passes))
-        for batch in batches.values():
-            send_messages(producer, messages_for(cfg, batch))
+        send_messages(producer, merged_messages(cfg, batches.values()))
     finally:
         producer.close()
     done = list(batches.items())[:passes]
@@ -398,9 +424,16 @@ def _live(cfg: PipelineConfig, rate: float, duration: float | None, stop: thread
 
 
 def _synthetic_messages(cfg: PipelineConfig, start: str, passes: int) -> Iterator[Message]:
-    """Each pass's messages; its best reachable AUCs are said and recorded (for status and
-    the report) as it is generated, the closing tail's not."""
-    for index, (pass_id, batch) in enumerate(synthetic_passes(cfg, start, passes)):
+    """The passes' messages in event-time order (``merged_messages``); each pass's best
+    reachable AUCs are said and recorded (for status and the report) as it is generated,
+    the closing tail's not."""
+    return merged_messages(cfg, _said(cfg, synthetic_passes(cfg, start, passes), passes))
+
+
+def _said(
+    cfg: PipelineConfig, batches: Iterable[tuple[str, SyntheticBatch]], passes: int
+) -> Iterator[SyntheticBatch]:
+    for index, (pass_id, batch) in enumerate(batches):
         if index < passes:
             best, tasks = best_auc(cfg, batch), batch.best_task_aucs(cfg.labels)
             record_best_auc(
@@ -412,7 +445,7 @@ def _synthetic_messages(cfg: PipelineConfig, start: str, passes: int) -> Iterato
                 f"{best:.4f}{said}",
                 file=sys.stderr,
             )
-        yield from messages_for(cfg, batch)
+        yield batch
 
 
 if __name__ == "__main__":

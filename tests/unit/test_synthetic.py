@@ -98,6 +98,33 @@ def test_each_task_has_a_best_reachable_auc_and_the_builders_labels() -> None:
     assert "label" not in impression and "label_conversion" not in impression
 
 
+def test_the_producer_sends_every_topic_in_event_time_order_across_passes() -> None:
+    """A conversion hours after its impression is sent among the events of its own time,
+    not with its impression's pass: the builder's watermark takes a topic's newest event
+    time as how far it has read (a pass's conversions sent with the pass ran that topic
+    hours ahead, and a builder restarted behind on it cut windows without them)."""
+    from streaming.producer import merged_messages, messages_for
+
+    cfg = load_config(CONVERSIONS)
+    stream = SyntheticStream(cfg.feature_schema, cfg.synthetic)
+    batches = [stream.batch(i * 600_000, (i + 1) * 600_000, 2_000) for i in range(4)]
+    keys = {"impressions": "event_time", "clicks": "click_time", "conversions": "conversion_time"}
+
+    def times(messages: list) -> dict[str, list[int]]:
+        by_topic: dict[str, list[int]] = {}
+        for topic, event in messages:
+            by_topic.setdefault(topic, []).append(event[keys[topic]])
+        return by_topic
+
+    merged = list(merged_messages(cfg, batches))
+    assert Counter(t for t, _ in merged) == Counter(
+        t for b in batches for t, _ in messages_for(cfg, b)
+    )
+    assert all(t == sorted(t) for t in times(merged).values())
+    by_pass = times([m for b in batches for m in messages_for(cfg, b)])["conversions"]
+    assert by_pass != sorted(by_pass)  # what the merge is for: pass by pass, out of order
+
+
 def test_a_conversion_label_needs_the_conversion_process(shipped_config: PipelineConfig) -> None:
     cfg = load_config(CONVERSIONS)
     bare = derived(cfg, "no process", synthetic={"conversion": None})
