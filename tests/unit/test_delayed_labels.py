@@ -272,7 +272,10 @@ def _run(
         return join, dict(newest.resume) if newest else dict.fromkeys(stream.topics, 0)
 
     def cut(j: PartitionJoin, position: dict[str, int], window: str) -> None:
-        for r in (j.close(window) or pa.table({})).to_pylist():
+        rows = (j.close(window) or pa.table({})).to_pylist()
+        known = [r["event_time_ms"] + r[ELAPSED_COLUMN] for r in rows]
+        assert known == sorted(known)  # in the order they became known, as they train
+        for r in rows:
             assert _window(r["event_time_ms"] + r[ELAPSED_COLUMN]) == window
             key = (r["kind_click"], r["kind_conversion"], r["label"], r["label_conversion"])
             written[(r["event_id"], *key, window)] += 1
