@@ -132,8 +132,8 @@ def merged_messages(cfg: PipelineConfig, batches: Iterable[SyntheticBatch]) -> I
     """The messages of consecutive batches in event-time order across them: a label event
     later than the next batch's first impression (a conversion hours after its click) is
     sent among that batch's events, as a live stream would, not with its impression's
-    batch. Sent batch after batch, so a topic's event times never run ahead of its
-    offsets by more than a label's delay (the builder's watermark counts on it)."""
+    batch. Each topic is then in event-time order, which the builder's watermark counts
+    on; only the label events still to come are held between batches."""
     waiting: list[tuple[int, int, str, dict[str, Any]]] = []  # (time, seq, topic, event)
     seq = 0
     for batch in batches:
