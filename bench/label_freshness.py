@@ -285,7 +285,8 @@ def _report(stream: str, policies: list[Policy], warmup: int) -> list[str]:
         print(
             f"  {policy.name:12s} freshness median {fresh:7.1f} s over "
             f"{len(policy.freshness):,} impressions; as served: AUC "
-            f"{statistics.mean(mine[w].auc for w in common):.4f}, gap {gap:+.4f} (standard "
+            f"{statistics.mean(mine[w].auc for w in common) if common else math.nan:.4f}, "
+            f"gap {gap:+.4f} (standard "
             f"error {error:.4f}), COPC {copc:.3f} (bar {bar:.3f}); in pass order (the "
             f"cluster's matured metrics) gap {in_order_gap:+.4f}"
         )
@@ -313,6 +314,16 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3, help="passes left out of the means")
     parser.add_argument("--streams", default=",".join(STREAMS))
     args = parser.parse_args()
+    # after_window's first model is written a window and a pass after the stream starts,
+    # and a window is judged once its own labels are final: a window and a pass before
+    # the end; five windows compared after the warm-up on top
+    shortest = 2 * args.window_seconds / 60 + args.warmup + 7
+    if args.minutes < shortest:
+        parser.error(
+            f"--minutes {args.minutes:g} leaves no window every policy can be judged on: "
+            f"at least {shortest:g} with --window-seconds {args.window_seconds} and "
+            f"--warmup {args.warmup}"
+        )
     print(hardware_line())
     streams = [s for s in args.streams.split(",") if s]
     lines: list[str] = []
