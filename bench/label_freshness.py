@@ -89,7 +89,7 @@ class Policy:
         return {m.pass_id: m.tasks["click"] for r in self.results for m in r.matured}
 
 
-def _configs(services, root: Path, stream: str, args: argparse.Namespace) -> list[Policy]:
+def policy_configs(services, root: Path, stream: str, args: argparse.Namespace) -> list[Policy]:
     base = load_config(REPO / "configs/pipeline.yaml")
     fs = base.feature_schema.model_dump(mode="json")
     policies = []
@@ -330,7 +330,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="label-freshness-", dir="/var/tmp") as tmp:
         root = Path(tmp)
         with local_services(root / "services") as services:
-            policies = {s: _configs(services, root, s, args) for s in streams}
+            policies = {s: policy_configs(services, root, s, args) for s in streams}
             _live(policies, args.minutes, args.rate)
             for stream, ps in policies.items():
                 windows = complete_passes(ps[0].cfg.paths.data_root)

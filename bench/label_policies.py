@@ -33,48 +33,25 @@ import tempfile
 from pathlib import Path
 
 from calibration import train_on_the_cluster
-from label_freshness import POLICIES
+from label_freshness import policy_configs
 from machine import hardware_line
-from pipeline import REPO
 
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_synthetic
-from streamrec.config import PipelineConfig, derived, dump_config, load_config
-from streamrec.config.cluster import PathConfig
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.local_services import local_services
 from streamrec.passes import complete_passes
 
 FIRST = "202609010000"
 
 
-def _config(services, root: Path, policy: str, args: argparse.Namespace) -> PipelineConfig:
-    base = load_config(REPO / "configs/pipeline.yaml")
-    click = {
-        "name": "click",
-        "source": "topic",
-        "topic": "clicks",
-        "window_seconds": args.window_seconds,
-        "emit": policy,
+def _configs(services, root: Path, args: argparse.Namespace) -> dict[str, PipelineConfig]:
+    """Policy -> its pipeline on the stationary stream: label_freshness.py's, with
+    ``--per-pass`` impressions a pass."""
+    return {
+        p.name: derived(p.cfg, "offline passes", synthetic={"events_per_pass": args.per_pass})
+        for p in policy_configs(services, root, "stationary", args)
     }
-    if policy == "after_wait":
-        click["wait_seconds"] = args.wait_seconds
-    name = f"policy{policy.replace('_', '')}"
-    return derived(
-        base,
-        f"the stationary stream's {policy} pipeline",
-        name=name,
-        schema={**base.feature_schema.model_dump(mode="json"), "labels": [click]},
-        join={"mode": "label_in_impression"},
-        kafka={
-            "bootstrap_servers": services.bootstrap_servers,
-            "impressions_topic": "impressions",
-            "consumer_group": name,
-        },
-        redis={"url": services.redis_url},
-        passes={"pass_minutes": 1, "allowed_lateness_seconds": 10},
-        synthetic={"events_per_pass": args.per_pass, "drift_half_life_minutes": None},
-        paths=PathConfig.under(root / policy),
-    )
 
 
 def _judged(cfg: PipelineConfig, config: Path, policy: str, passes: int) -> dict[str, float]:
@@ -105,8 +82,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="label-policies-", dir="/var/tmp") as tmp:
         root = Path(tmp)
         with local_services(root / "services") as services:
-            for i, policy in enumerate(POLICIES):
-                cfg = _config(services, root, policy, args)
+            for i, (policy, cfg) in enumerate(_configs(services, root, args).items()):
                 config = dump_config(cfg, root / f"{policy}.yaml")
                 if i == 0:
                     produce_synthetic(cfg, FIRST, args.passes)
