@@ -2,13 +2,17 @@
 
 A contract is a frozen pydantic model that forbids unknown fields, so a renamed or missing
 field fails where it is read, naming itself (``ContractError``), and not later as a wrong
-number. NaN metrics stay NaN on the wire: ``json`` writes and reads them, where pydantic's
-own JSON would write ``null`` and then refuse it as a float.
+number. NaN metrics stay NaN: ``to_json`` (a Redis field, a file) writes them as ``json``
+does, where pydantic's own JSON would write ``null`` and then refuse it as a float; and
+``to_wire`` writes each non-finite float as the string ``json`` would (``"NaN"``,
+``"Infinity"``), because Airflow's API server takes strict JSON only (an AUC not yet
+measured failed every XCom push), and pydantic reads the string back as the float.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any, Self
 
@@ -23,8 +27,8 @@ class Contract(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     def to_wire(self) -> dict[str, Any]:
-        """As JSON-ready data (Airflow's XCom, a reply)."""
-        return json.loads(self.to_json())
+        """As strict JSON-ready data (Airflow's XCom, a reply): non-finite floats as strings."""
+        return _strict(json.loads(self.to_json()))
 
     def to_json(self) -> str:
         """As JSON text (a Redis field, a file)."""
@@ -44,3 +48,14 @@ class Contract(BaseModel):
             ) from None
         except json.JSONDecodeError as e:
             raise ContractError(f"{cls.__name__}{what and f' ({what})'} is not JSON: {e}") from None
+
+
+def _strict(value: Any) -> Any:
+    """``value`` with each non-finite float replaced by its ``json`` spelling."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strict(v) for v in value]
+    return value

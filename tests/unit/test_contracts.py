@@ -72,6 +72,10 @@ def test_nan_metrics_stay_nan_on_the_wire(train_result) -> None:
     empty = train_result(P, test=nan)
     back = type(empty).from_wire(empty.to_json())
     assert back.test.count == 0 and math.isnan(back.test.auc)
+    # Airflow's XCom takes strict JSON only: to_wire spells them as strings, read back
+    strict = json.dumps(empty.to_wire(), allow_nan=False)
+    assert '"auc": "NaN"' in strict
+    assert math.isnan(type(empty).from_wire(json.loads(strict)).test.auc)
 
 
 def test_the_modes_are_enums_and_an_unknown_mode_fails(train_result) -> None:
