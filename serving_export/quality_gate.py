@@ -13,7 +13,10 @@ With labels written before their window closes (``schema.labels[].emit``) the pr
 metrics are on labels that are not final (biased, named "fresh"): the AUC judged against
 ``min_auc`` and the serving model is the newest matured pass's (``TrainResult.matured``:
 the model before that pass, on the final labels), and the fresh AUC is held to bounds of
-its own. Until a first pass has matured only the fresh bounds apply.
+its own. Until a first pass has matured the fresh AUC is held to ``min_auc`` instead of
+``fresh_min_auc``: labels not yet final only lower an AUC (a late positive is trained as a
+negative first), so the bound is conservative, and a cold start's untrained model
+(fresh AUC about 0.5) is not delivered before anything could judge it.
 """
 
 from __future__ import annotations
@@ -66,9 +69,9 @@ def judge(
 ) -> GateDecision:
     """Decide on the candidate of one pass from its train result and the serving model's
     gate decision (None when nothing serves yet). With labels written before their window
-    closed (``fresh``), the AUC judged is the newest matured pass's (the true labels;
-    none yet: only the fresh bounds apply), and the progressive AUC on the labels trained
-    with is held to ``gate.fresh_min_auc`` and ``gate.fresh_max_auc_drop``."""
+    closed (``fresh``), the AUC judged is the newest matured pass's (the true labels),
+    and the progressive AUC on the labels trained with is held to ``gate.fresh_min_auc``
+    (``gate.min_auc`` while no pass has matured) and ``gate.fresh_max_auc_drop``."""
     reasons = []
     if result.rows < gate.min_rows:
         reasons.append(f"rows {result.rows} < min_rows {gate.min_rows}")
@@ -103,15 +106,16 @@ def judge(
         reasons += _judge_auc("matured ", auc, serving_auc, gate.min_auc, gate.max_auc_drop)
         reasons += _judge_tasks("matured ", aucs, serving.task_aucs if serving else {}, gate)
     fresh_before = serving.fresh_auc if serving is not None else None
+    fresh_min = gate.fresh_min_auc if matured is not None else max(gate.min_auc, gate.fresh_min_auc)
     reasons += _judge_auc(
-        "fresh ", result.test.auc, fresh_before, gate.fresh_min_auc, gate.fresh_max_auc_drop
+        "fresh ", result.test.auc, fresh_before, fresh_min, gate.fresh_max_auc_drop
     )
     reasons += _judge_tasks(
         "fresh ",
         progressive,
         serving.fresh_task_aucs if serving else {},
         gate,
-        gate.fresh_min_auc,
+        fresh_min,
         gate.fresh_max_auc_drop,
     )
     return GateDecision(

@@ -34,7 +34,8 @@ class GateConfig(_Strict):
         ge=0,
         le=1,
         description="Labels written before their window closes: lowest progressive AUC on the "
-        "labels trained with (fresh, biased); min_auc applies to the newest matured pass.",
+        "labels trained with (fresh, biased); min_auc applies to the newest matured pass, "
+        "and to the fresh AUC until a first pass has matured.",
     )
     fresh_max_auc_drop: float = Field(
         0.05,

@@ -142,8 +142,12 @@ def test_fresh_labels_are_judged_on_the_newest_matured_pass_and_fresh_bounds() -
         "fresh AUC 0.5500 is more than 0.05 below serving 0.6200"
         in judge(_fresh(0.55, {"click": 0.72}), serving, GATE, True).reasons
     )
-    # before any pass matured only the fresh bounds apply; a further head's matured AUC too
+    # before any pass matured the fresh AUC is held to min_auc: a cold start's untrained
+    # model is not delivered; a further head's matured AUC is judged too
     early = judge(_fresh(0.6, None), None, GATE, fresh=True)
     assert early.passed and math.isnan(early.auc) and early.matured_pass is None
+    cold = judge(_fresh(0.52, None), None, GATE, fresh=True)
+    assert cold.reasons == ("fresh AUC 0.5200 < min_auc 0.6",)
+    assert judge(_fresh(0.52, {"click": 0.7}), None, GATE, fresh=True).passed
     d = judge(_fresh(0.6, {"click": 0.7, "conversion": 0.5}, conversion=0.6), early, GATE, True)
     assert d.reasons == ("matured conversion AUC 0.5000 < min_auc 0.6",)
