@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 import subprocess
 import sys
@@ -24,12 +25,15 @@ from typing import Any
 import pytest
 from browser import open_page
 from killed_writer import killed_writer
+from prometheus_client.parser import text_string_to_metric_families
+from serve_process import Service
 
 from demo.live import LiveStack
 from ops.catchup import caught_up_by
 from ops.report import X_LABEL, plots
 from ops.status import PassRow, stale_after_seconds
 from serving_export.delivery import registry_for
+from streamrec.config import derived
 from streamrec.passes import complete_passes, next_pass_id, pass_dir, pass_id_at
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
@@ -41,6 +45,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 CLI = str(Path(sys.executable).with_name("streamrec"))
 FIRST_RUN_PASSES = 3  # three in order show the order; each more is a minute of the suite
 OUTAGE_WINDOWS = 2
+GATE_METRIC = "streamrec_serving_gate_auc"
+CLICK_WINDOW_S = 20  # the live stream's clicks come 3 s after their impression on average
 
 
 def _wait(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -113,7 +119,25 @@ def _leftovers(stack: LiveStack) -> dict[str, bool]:
 
 @pytest.fixture(scope="module")
 def live(make_config) -> Iterator[LiveStack]:
+    """The live stack on the shipped pipeline, its click written at once (``emit:
+    at_once``, a 20 s window): every pass is judged twice, fresh and a pass later matured.
+    The soak's pipeline (labels in the impression) takes the same scheduler through the gate
+    on progressive metrics."""
     cfg = make_config(gate={"max_auc_drop": 0.05})  # later passes vary by ~0.01 on 18k rows
+    click = {
+        "name": "click",
+        "source": "topic",
+        "topic": cfg.join.clicks_topic,
+        "window_seconds": CLICK_WINDOW_S,
+        "emit": "at_once",
+    }
+    fs = cfg.feature_schema.model_dump(mode="json")
+    cfg = derived(
+        cfg,
+        "the click written at once",
+        join={"mode": "label_in_impression"},
+        schema={**fs, "labels": [click]},
+    )
     with LiveStack(cfg, rate=300) as stack:
         yield stack
 
@@ -141,6 +165,67 @@ def test_every_pass_is_trained_once_in_order_and_the_last_delivered(live: LiveSt
     registry = registry_for(live.cfg)
     _wait(lambda: (registry.serving_version() or "") >= last, 180, f"pass {last} delivered")
     assert last in registry.versions()  # delivered (a newer pass may serve by now)
+
+
+def _gate_aucs(service: Service) -> dict[tuple[str, str], float]:
+    """``streamrec_serving_gate_auc`` of the service's /metrics: (version, labels) -> AUC of
+    the click."""
+    text = service.client.get("/metrics").text
+    (family,) = [f for f in text_string_to_metric_families(text) if f.name == GATE_METRIC]
+    return {
+        (s.labels["version"], s.labels["labels"]): s.value
+        for s in family.samples
+        if s.labels["task"] == "click"
+    }
+
+
+def test_the_gate_judges_the_newest_matured_pass_and_serve_shows_both(
+    live: LiveStack, tmp_path: Path
+) -> None:
+    """The scheduler's gate decisions on a click written at once: each pass's fresh AUC
+    (on the labels it was trained with) is its own progressive AUC, and the AUC judged
+    against ``min_auc`` and the serving model is that of the pass its training judged on
+    final labels (the pass before); `streamrec serve`'s /metrics shows both for the
+    serving version, named by ``labels``."""
+    client = ClusterClient.from_config(live.cfg)
+    registry = registry_for(live.cfg)
+
+    def served_on_matured() -> str | None:
+        version = registry.serving_version()
+        gate = registry.manifest(version).metrics.gate if version else None
+        return version if gate is not None and gate.matured_pass is not None else None
+
+    _wait(served_on_matured, 240, "a version delivered on a matured judgement")
+    judged = 0
+    for pass_id in _trained_in_order(live):
+        status = client.pass_status(pass_id)
+        gate, train = status.gate, status.train
+        if gate is None or train is None:
+            continue  # trained, its gate decision not stored yet
+        assert gate.fresh_auc == train.test.auc
+        assert gate.matured_pass == max((m.pass_id for m in train.matured), default=None)
+        if gate.matured_pass is None:
+            assert math.isnan(gate.auc)
+            continue
+        judged += 1
+        matured = client.pass_status(gate.matured_pass).matured
+        assert matured is not None and matured.judged_in == pass_id > gate.matured_pass
+        assert gate.auc == matured.tasks["click"].auc
+        low = any(r.startswith("matured AUC") and "min_auc" in r for r in gate.reasons)
+        assert low == (gate.auc < live.cfg.gate.min_auc), gate.reasons
+    assert judged >= 1
+    service = Service(live.config_path, "inprocess", tmp_path / "serve.log")
+    try:
+        shown = _wait(
+            lambda: (a := _gate_aucs(service)) and any(k == "matured" for _, k in a) and a,
+            60,
+            "the service on a version judged on matured labels",
+        )
+    finally:
+        service.stop()
+    (version,) = {v for v, _ in shown}
+    gate = registry.manifest(version).metrics.gate
+    assert shown == {(version, "matured"): gate.auc, (version, "fresh"): gate.fresh_auc}
 
 
 def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
@@ -248,7 +333,8 @@ def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:
     # the stream goes on while the report is written: each series has a point for every
     # pass that had its figure before the report and for none that lacked it after
     figures: dict[str, Callable[[PassRow], bool]] = {
-        "AUC": lambda r: r.trained,
+        "fresh AUC": lambda r: r.trained,
+        "matured AUC": lambda r: r.matured_auc is not None,
         "keys": lambda r: r.trained,
         "rows": lambda r: r.rows is not None,
         "freshness": lambda r: r.freshness_seconds is not None,
@@ -260,14 +346,15 @@ def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:
         had = {r.pass_id for r in before if has(r)}
         has_now = {r.pass_id for r in rows if has(r)}
         assert had <= set(points) <= has_now, (series, had, points, has_now)
-    assert page.count('data-series="best reachable"') >= len(points_of["AUC"]) - 1
+    assert page.count('data-series="best reachable"') >= len(points_of["fresh AUC"]) - 1
+    assert points_of["matured AUC"]  # judged a pass later: all but the newest
     delivered = [r for r in rows if r.pass_id in points_of["freshness"]]
     assert delivered and all(0 < r.freshness_seconds < 300 for r in delivered)
     # the written file as an operator opens it: every plot drawn with its axes, no error
     shown = open_page(out, screenshot=tmp_path / "report.png")
     assert shown.errors == []
     target = stale_after_seconds(live.cfg.passes.pass_minutes)
-    titles = [p.title for p in plots(target)]
+    titles = [p.title for p in plots(target, matured=True)]
     drawn = [c.label for c in shown.charts]
     assert drawn == [t for t in titles if t in drawn]  # in page order
     assert len(drawn) + page.count('class="empty"') == len(titles)

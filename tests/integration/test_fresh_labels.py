@@ -284,16 +284,6 @@ def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate
             logloss = float(-(y * np.log(q) + (1 - y) * np.log(1 - q)).mean())
             assert got.logloss == pytest.approx(logloss, rel=1e-5)
             assert got.copc == pytest.approx(y.sum() / p.sum(), rel=1e-5)
-            if task == "click":
-                print(
-                    pass_id,
-                    "matured copc",
-                    round(got.copc, 4),
-                    "rows",
-                    len(y),
-                    "refit",
-                    results[n].intercept,
-                )
             if task == "click" and n >= 1:  # the first pass met an untrained model
                 clicks, predicted = clicks + y.sum(), predicted + p.sum()
                 variance += float((p * (1 - p)).sum())
