@@ -18,6 +18,10 @@ carries a plan out. What goes, by ``retention`` (and ``checkpoints.keep_bases``)
                 ``redis_days``; command stream entries older than that every worker has read
     leftover    a writer's temporary (slice, pass, save, export, score run, artifact) whose
                 writer ran on this host and is gone, or unchanged for ``leftover_minutes``
+    join-spill  this host's spill stores of the pipeline's consumer group that no builder
+                has open and none could resume from: no clean checkpoint, or checkpointed
+                before their partition's newest slice (the partition moved to another
+                builder, which cut on); a store is kept while it is its partition's newest
 
 Dead letters age out in the broker (``retention.ms`` of the dead-letter topics).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,6 +42,7 @@ import redis
 from serving_export.artifact import ancestors, artifact_dir, version_listing
 from serving_export.delivery import registry_for
 from serving_export.sparse_store import RedisStore
+from streaming.join_spill import remove_if_stale, stale_reason
 from streaming.slices import builder_leftovers, latest_slice, slice_partitions, slice_pass_ids
 from streamrec.atomic_fs import leftover_reason, remove_path
 from streamrec.config import PipelineConfig
@@ -59,7 +65,15 @@ from trainers.leftovers import cluster_leftovers, run_listing
 log = logging.getLogger(__name__)
 
 Kind = Literal[
-    "pass", "slice", "checkpoint", "raw-export", "score", "artifact", "redis", "leftover"
+    "pass",
+    "slice",
+    "checkpoint",
+    "raw-export",
+    "score",
+    "artifact",
+    "redis",
+    "leftover",
+    "join-spill",
 ]
 
 
@@ -217,6 +231,22 @@ def _leftovers(cfg: PipelineConfig, now: datetime):
             yield Deletion("leftover", str(path), f"a writer's temporary: {why}")
 
 
+def _spill_stores(cfg: PipelineConfig) -> Iterator[tuple[Path, str | None]]:
+    """This host's spill stores of the pipeline's consumer group, each with its
+    partition's newest slice."""
+    folder = Layout.of(cfg.paths).join_spills(cfg.kafka.consumer_group)
+    for path in sorted(folder.glob("p*")) if folder.is_dir() else ():
+        if path.name[1:].isdigit():
+            newest = latest_slice(cfg.paths.data_root, int(path.name[1:]), cfg.passes.pass_minutes)
+            yield path, newest.pass_id if newest else None
+
+
+def _join_spills(cfg: PipelineConfig):
+    for path, newest in _spill_stores(cfg):
+        if (why := stale_reason(path, newest)) is not None:
+            yield Deletion("join-spill", str(path), f"a stale spill store: {why}")
+
+
 def plan(cfg: PipelineConfig, now: datetime | None = None) -> list[Deletion]:
     """Everything retention would delete now, with the reason; deletes nothing."""
     now = now or datetime.now(UTC)
@@ -230,6 +260,7 @@ def plan(cfg: PipelineConfig, now: datetime | None = None) -> list[Deletion]:
         *_artifacts(cfg),
         *_redis_keys(cfg, r, keys, now),
         *_leftovers(cfg, now),
+        *_join_spills(cfg),
     ]
 
 
@@ -251,6 +282,9 @@ def apply(
             r.xtrim(stream, minid=min_id, approximate=False)
         elif d.kind == "redis":
             r.delete(d.target)
+        elif d.kind == "join-spill":
+            newest = dict(_spill_stores(cfg)).get(Path(d.target))
+            remove_if_stale(Path(d.target), newest)  # judged again under the store's lock
         else:
             if d.kind == "artifact":
                 registry.forget(Path(d.target).name)

@@ -304,3 +304,62 @@ class SpillStore:
         self._db.write(batch)
         for key in segments:
             (self._segments / key).unlink()
+
+
+def _open_idle(path: Path) -> rocksdict.Rdict | None:
+    """The store's database if no process has it open (None: in use, or no database)."""
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(False)
+    try:
+        return rocksdict.Rdict(str(path / "db"), opts)
+    except Exception as e:  # rocksdict raises a bare Exception with RocksDB's status
+        if "lock file" in str(e) or "does not exist" in str(e):
+            return None
+        raise
+
+
+def _stale_reason(db: rocksdict.Rdict | None, newest_slice: str | None) -> str | None:
+    if db is None:  # a builder has it open, or is creating it
+        return None
+    value = db.get(META)
+    meta = json.loads(value) if value is not None else None
+    if meta is None or not meta.get("clean"):
+        return "no clean checkpoint (a cut since): a restart replays from the newest slice"
+    if meta["closed_through"] != newest_slice:
+        return (
+            f"checkpointed after the cut of {meta['closed_through']}, but the partition's "
+            f"newest slice is {newest_slice} (cut by its next owner)"
+        )
+    return None
+
+
+def stale_reason(path: Path, newest_slice: str | None) -> str | None:
+    """Why the idle spill store at ``path`` can never be resumed from, ``newest_slice``
+    being its partition's newest slice (the check ``PartitionJoin.restore`` makes), or
+    None: a builder has it open, or a builder taking the partition would resume from it."""
+    db = _open_idle(path)
+    try:
+        return _stale_reason(db, newest_slice)
+    finally:
+        if db is not None:
+            db.close()
+
+
+def remove_if_stale(path: Path, newest_slice: str | None) -> str | None:
+    """Remove the store at ``path`` if it is stale (the reason; None: kept). Checked again
+    while holding the store's lock, and renamed away before the lock is let go, so a
+    builder taking the partition afterwards finds nothing and replays from the newest
+    slice (one taking it in the instant the lock is held fails to open the store and
+    exits, to be restarted as after any crash)."""
+    db = _open_idle(path)
+    try:
+        why = _stale_reason(db, newest_slice)
+        if why is not None:
+            gone = path.with_name(f".{path.name}.removing-{os.getpid()}")
+            path.rename(gone)
+    finally:
+        if db is not None:
+            db.close()
+    if why is not None:
+        shutil.rmtree(gone, ignore_errors=True)
+    return why

@@ -127,10 +127,14 @@ class Layout:
     def pass_text(self, rank: int) -> Path:
         return self.work_root / "pass-text" / f"worker-{rank}"
 
+    def join_spills(self, consumer_group: str) -> Path:
+        """The folder of the consumer group's spill stores, one ``p<N>`` per partition."""
+        return self.work_root / "join-spill" / consumer_group
+
     def join_spill(self, consumer_group: str, partition: int) -> Path:
         """Where the pass builder spills partition ``partition``'s waiting rows: local
         disk of the builder's host (``streaming.join_spill``)."""
-        return self.work_root / "join-spill" / consumer_group / f"p{partition}"
+        return self.join_spills(consumer_group) / f"p{partition}"
 
     def metric_dumps(self, rank: int, phase: str) -> Path:
         return self.work_root / "metric-dumps" / f"worker-{rank}" / phase

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ import pytest
 from killed_writer import killed_writer
 
 from serving_export.delivery import registry_for
+from streaming.join_spill import SpillStore
+from streaming.slices import latest_slice
 from streamrec.atomic_fs import temp_dir_for
 from streamrec.config import DEFAULT_SPARSE_TABLE, dump_config
 from streamrec.contracts.delivery import LayerSummary
@@ -36,7 +39,9 @@ LATER = "202601020000"  # a window no pass of the test reaches
 
 
 @pytest.fixture(scope="module")
-def pipeline(make_config, build_passes, artifact_manifest, train_result) -> dict[str, Any]:
+def pipeline(
+    make_config, build_passes, artifact_manifest, train_result
+) -> Iterator[dict[str, Any]]:
     cfg = make_config(
         checkpoints={"keep_bases": 1},
         retention={"artifacts_keep": 1, "slices_days": 1, "passes_days": 7, "redis_days": 30},
@@ -100,13 +105,44 @@ def pipeline(make_config, build_passes, artifact_manifest, train_result) -> dict
     leftovers["old"].mkdir()
     long_ago = time.time() - cfg.retention.leftover_minutes * 60 - 1
     os.utime(leftovers["old"], (long_ago, long_ago))
-    return {
+    # join spill stores, as the builder checkpoints them: partition 0's at its newest slice
+    # (a builder taking it resumes there), partition 1's before it (the partition moved to
+    # a builder that cut on), one never checkpointed, and one a live builder (this
+    # process) holds open; another consumer group's is not this pipeline's to judge
+    newest = latest_slice(cfg.paths.data_root, 0, cfg.passes.pass_minutes)
+    assert newest is not None
+    stores = {
+        "resumable": (0, newest.pass_id),
+        "moved": (1, passes[0]),
+        "never": (7, None),
+        "open": (8, None),
+    }
+    opened = []
+    for name, (partition, closed_through) in stores.items():
+        store = SpillStore(layout.join_spill(cfg.kafka.consumer_group, partition), 8)
+        if name in ("resumable", "moved"):
+            store.checkpoint(
+                impressions={"e1": 1},
+                labels={},
+                duplicates=[],
+                segments=[],
+                unmatched={},
+                meta={"closed_through": closed_through},
+            )
+        if name == "open":
+            opened.append(store)
+        else:
+            store.close()
+    SpillStore(layout.join_spill("another-group", 1), 8).close()
+    yield {
         "cfg": cfg,
         "config": config,
         "passes": passes,
         "recent": recent,
         "leftovers": leftovers,
     }
+    for store in opened:
+        store.close()
 
 
 def _retention(config: Path, *flags: str) -> dict[str, Any]:
@@ -140,6 +176,10 @@ def test_dry_run_lists_what_goes_and_deletes_nothing(pipeline: dict[str, Any]) -
     assert _planned(result, "artifact") == {passes[1]}
     left = pipeline["leftovers"]
     assert _planned(result, "leftover") == {left["crashed"].name, left["old"].name}
+    assert _planned(result, "join-spill") == {"p1", "p7"}
+    reasons = {Path(d["target"]).name: d["reason"] for d in result["deletions"]}
+    assert f"checkpointed after the cut of {passes[0]}" in reasons["p1"]
+    assert "no clean checkpoint" in reasons["p7"]
     redis_targets = {d["target"] for d in result["deletions"] if d["kind"] == "redis"}
     keys = RedisKeys(cfg.name)
     assert {keys.pass_status(p) for p in passes[:3]} <= redis_targets
@@ -176,4 +216,7 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     left = pipeline["leftovers"]
     assert not left["crashed"].exists() and not left["old"].exists()
     assert left["live"].is_dir()  # its writer runs: it may still publish it
+    spills = Layout.of(cfg.paths).join_spills(cfg.kafka.consumer_group)
+    assert sorted(p.name for p in spills.iterdir()) == ["p0", "p8"]
+    assert (spills.parent / "another-group" / "p1").is_dir()
     assert _retention(pipeline["config"])["deletions"] == []  # nothing left to delete
