@@ -66,6 +66,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 from machine import hardware_line
 from pipeline import REPO, STREAMREC, bench_config
@@ -327,8 +328,32 @@ class Observed:
     measured: list[str]
     ours: list[dict] | None
     theirs: dict[str, dict] | None
-    sent: dict[str, int]
+    sent_times: dict[str, list[np.ndarray]]  # window -> event times (epoch ms) sent in it
     meter: TreeMeter
+
+    @property
+    def sent(self) -> dict[str, int]:
+        """Impressions sent per window."""
+        return {w: sum(len(a) for a in times) for w, times in dict(self.sent_times).items()}
+
+
+def event_to_served(
+    sent_times: dict[str, list[np.ndarray]], rows: dict[str, tuple[int, float | None]]
+) -> np.ndarray:
+    """Seconds from each impression sent in the measured windows to the first moment a
+    version that trained it served: per window, the version's serving time less each
+    event's time. ``rows``: window -> (rows trained, serving time or None). Events a
+    pipeline did not train (fewer rows than sent) or whose pass never served are infinite:
+    a pipeline that drops events cannot come out fresher for it."""
+    seconds = []
+    for window, (trained, served) in rows.items():
+        times = np.concatenate(sent_times.get(window, [np.empty(0, np.int64)])) / 1000
+        if served is None:
+            seconds.append(np.full(len(times), np.inf))
+            continue
+        lost = max(len(times) - trained, 0)
+        seconds += [served - times, np.full(lost, np.inf)]
+    return np.concatenate(seconds) if seconds else np.empty(0)
 
 
 def summarize(seen: Observed) -> dict[str, Outcome]:
@@ -379,6 +404,7 @@ def summarize(seen: Observed) -> dict[str, Outcome]:
             "freshness p50 s": statistics.median(served) if served else float("nan"),
             "freshness max s": max(served, default=float("nan")),
             "overhead p50 s": statistics.median(served) - lateness if served else float("nan"),
+            **_event_figures(seen.sent_times, measured, rows),
             "CPU s per 1k events": cpu / trained * 1000 if cpu and trained else float("nan"),
             "peak PSS MiB": meter.peak_pss.get(name, 0.0) / 2**20,
         }
@@ -394,6 +420,19 @@ def summarize(seen: Observed) -> dict[str, Outcome]:
         ok, why = _verdict(lags, [r["rows"] for r in rows], [sent.get(p, 0) for p in measured])
         outcomes[name] = Outcome(figures, ok, why)
     return outcomes
+
+
+def _event_figures(
+    sent_times: dict[str, list[np.ndarray]], measured: list[str], rows: list[dict]
+) -> dict[str, float]:
+    """p50 and p99 of ``event_to_served`` over the measured windows."""
+    per_window = {p: (r["rows"], r["served"]) for p, r in zip(measured, rows, strict=True)}
+    seconds = event_to_served(sent_times, per_window)
+    if not len(seconds):
+        return {}
+    # quantiles that are events' own figures: an infinite one is not interpolated into NaN
+    p50, p99 = np.quantile(seconds, [0.5, 0.99], method="inverted_cdf")
+    return {"event to served p50 s": float(p50), "event to served p99 s": float(p99)}
 
 
 def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
@@ -464,11 +503,11 @@ def run(
             measured.append(_next(measured[-1], minutes))
 
         stop_stream = threading.Event()
-        sent: dict[str, int] = {}
+        sent: dict[str, list[np.ndarray]] = {}
         producer = threading.Thread(
             target=produce_live,
             args=(cfg, rate, stop_stream),
-            kwargs={"sent_by_window": sent},
+            kwargs={"sent_times": sent},
             name="stream",
             daemon=True,
         )
@@ -656,6 +695,10 @@ def main() -> int:
     print(f"RESULT freshness_p50_s {ours['freshness p50 s']:.1f}")
     print(f"RESULT overhead_p50_s {ours['overhead p50 s']:.1f}")
     print(f"RESULT freshness_ratio {ours['freshness p50 s'] / theirs['freshness p50 s']:.2f}")
+    for name, figures in ((OURS, ours), (REFERENCE, theirs)):
+        suffix = "" if name == OURS else f"_{name}"
+        for q in ("p50", "p99"):
+            print(f"RESULT event_to_served_{q}_s{suffix} {figures[f'event to served {q} s']:.1f}")
     return 0
 
 

@@ -213,12 +213,13 @@ def produce_live(
     stop: threading.Event,
     tick_s: float = 0.5,
     progress_every_s: float = 0,
-    sent_by_window: dict[str, int] | None = None,
+    sent_times: dict[str, list[np.ndarray]] | None = None,
 ) -> int:
     """A live synthetic stream until ``stop`` is set: impressions timed now, ``rate`` per
     second, each click sent when its time comes; each closed window's best reachable AUC is
-    recorded for reports. Returns the impressions sent; ``sent_by_window`` (if given) gets
-    the impressions sent in each window (pass id -> count) as they are sent. Raises
+    recorded for reports. Returns the impressions sent; ``sent_times`` (if given) gets the
+    event times (epoch ms) of the impressions sent in each window (pass id -> an array per
+    send) as they are sent. Raises
     ``KafkaUnavailable`` if Kafka did not take some of them."""
     ensure_event_topics(cfg)
     # A run-specific id prefix: a restarted live producer must not reuse event ids.
@@ -253,9 +254,10 @@ def produce_live(
                         seq += 1
                         heapq.heappush(later, (event[time_key[topic]], seq, topic, event))
                 sent += n
-                if sent_by_window is not None:
+                if sent_times is not None:
                     window = compose_pass_id(last_ms, cfg.passes.pass_minutes)
-                    sent_by_window[window] = sent_by_window.get(window, 0) + n
+                    times = np.fromiter((e["event_time"] for e in batch.events), np.int64, n)
+                    sent_times.setdefault(window, []).append(times)
             while later and later[0][0] <= now_ms:
                 _, _, topic, event = heapq.heappop(later)
                 _send(producer, topic, event, deliveries)
