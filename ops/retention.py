@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,7 +48,7 @@ from streamrec.config import PipelineConfig
 from streamrec.contracts.day_end import RetentionRun
 from streamrec.contracts.pass_status import read_status
 from streamrec.layout import PROGRESSIVE, Layout
-from streamrec.listing import list_folder
+from streamrec.listing import Listing, list_folder
 from streamrec.passes import (
     closes_day,
     complete_passes,
@@ -211,12 +210,14 @@ def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datet
 
 def leftovers(cfg: PipelineConfig) -> list[Path]:
     """Every writer's temporary in the pipeline's folders (live or left by a crash): the
-    pass builder's, the cluster's and delivery's."""
+    pass builder's (a spill store a crash left half removed too), the cluster's and
+    delivery's."""
     model_dir = Layout.of(cfg.paths).model_dir(cfg.model.model)
     return [
         *builder_leftovers(cfg.paths.data_root).leftovers,
         *cluster_leftovers(cfg.paths).leftovers,
         *version_listing(model_dir).leftovers,
+        *_spill_listing(cfg).leftovers,
     ]
 
 
@@ -231,18 +232,26 @@ def _leftovers(cfg: PipelineConfig, now: datetime):
             yield Deletion("leftover", str(path), f"a writer's temporary: {why}")
 
 
-def _spill_stores(cfg: PipelineConfig) -> Iterator[tuple[Path, str | None]]:
+def _spill_listing(cfg: PipelineConfig) -> Listing:
+    """This host's spill stores of the pipeline's consumer group (``p<N>``), and the
+    leftovers of stores a crash left half removed."""
+    folder = Layout.of(cfg.paths).join_spills(cfg.kafka.consumer_group)
+    return list_folder(folder, lambda name: name[:1] == "p" and name[1:].isdigit())
+
+
+def _spill_stores(cfg: PipelineConfig) -> dict[Path, str | None]:
     """This host's spill stores of the pipeline's consumer group, each with its
     partition's newest slice."""
     folder = Layout.of(cfg.paths).join_spills(cfg.kafka.consumer_group)
-    for path in sorted(folder.glob("p*")) if folder.is_dir() else ():
-        if path.name[1:].isdigit():
-            newest = latest_slice(cfg.paths.data_root, int(path.name[1:]), cfg.passes.pass_minutes)
-            yield path, newest.pass_id if newest else None
+    stores = {}
+    for name in _spill_listing(cfg).names:
+        newest = latest_slice(cfg.paths.data_root, int(name[1:]), cfg.passes.pass_minutes)
+        stores[folder / name] = newest.pass_id if newest else None
+    return stores
 
 
 def _join_spills(cfg: PipelineConfig):
-    for path, newest in _spill_stores(cfg):
+    for path, newest in _spill_stores(cfg).items():
         if (why := stale_reason(path, newest)) is not None:
             yield Deletion("join-spill", str(path), f"a stale spill store: {why}")
 
@@ -276,15 +285,15 @@ def apply(
     layers = RedisStore.from_config(
         cfg.redis, RedisKeys(cfg.name), cfg.model.model, Path(cfg.paths.model_root)
     )
+    spills = _spill_stores(cfg) if any(d.kind == "join-spill" for d in deletions) else {}
     for d in deletions:
         if d.kind == "redis" and " MINID " in d.target:
             stream, _, min_id = d.target.split(" ")
             r.xtrim(stream, minid=min_id, approximate=False)
         elif d.kind == "redis":
             r.delete(d.target)
-        elif d.kind == "join-spill":
-            newest = dict(_spill_stores(cfg)).get(Path(d.target))
-            remove_if_stale(Path(d.target), newest)  # judged again under the store's lock
+        elif d.kind == "join-spill":  # judged again under the store's lock
+            remove_if_stale(Path(d.target), spills.get(Path(d.target)))
         else:
             if d.kind == "artifact":
                 registry.forget(Path(d.target).name)

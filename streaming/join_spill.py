@@ -38,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 import rocksdict
 
+from streamrec.atomic_fs import temp_path_for
+
 MIB = 1 << 20
 _TIME = struct.Struct("<q")
 _EVENT = struct.Struct("<qqB")  # time, offset, flags (replayed 1, late 2)
@@ -347,15 +349,16 @@ def stale_reason(path: Path, newest_slice: str | None) -> str | None:
 
 def remove_if_stale(path: Path, newest_slice: str | None) -> str | None:
     """Remove the store at ``path`` if it is stale (the reason; None: kept). Checked again
-    while holding the store's lock, and renamed away before the lock is let go, so a
-    builder taking the partition afterwards finds nothing and replays from the newest
+    while holding the store's lock, and renamed away (to a writer's temporary name: a
+    crash before it is deleted leaves an ordinary leftover) before the lock is let go, so
+    a builder taking the partition afterwards finds nothing and replays from the newest
     slice (one taking it in the instant the lock is held fails to open the store and
     exits, to be restarted as after any crash)."""
     db = _open_idle(path)
     try:
         why = _stale_reason(db, newest_slice)
         if why is not None:
-            gone = path.with_name(f".{path.name}.removing-{os.getpid()}")
+            gone = temp_path_for(path)
             path.rename(gone)
     finally:
         if db is not None:

@@ -99,6 +99,8 @@ def pipeline(
     config = dump_config(cfg, root.parent / "p.yaml")
     leftovers = {  # a crash's (its writer gone), a live writer's (this process), an old one
         "crashed": killed_writer(layout.data.pass_dir(LATER), "_manifest.json", "_SUCCESS"),
+        # a spill store renamed away for removal, its remover killed before deleting it
+        "spill": killed_writer(layout.join_spill(cfg.kafka.consumer_group, 3), "db"),
         "live": temp_dir_for(layout.export_dir(LATER, "cmd")),
         "old": layout.exports / f".{LATER}-old.tmp-0a1b2c3d",
     }
@@ -175,7 +177,11 @@ def test_dry_run_lists_what_goes_and_deletes_nothing(pipeline: dict[str, Any]) -
     # kept: the newest, the version it builds on, and the serving one
     assert _planned(result, "artifact") == {passes[1]}
     left = pipeline["leftovers"]
-    assert _planned(result, "leftover") == {left["crashed"].name, left["old"].name}
+    assert _planned(result, "leftover") == {
+        left["crashed"].name,
+        left["old"].name,
+        left["spill"].name,
+    }
     assert _planned(result, "join-spill") == {"p1", "p7"}
     reasons = {Path(d["target"]).name: d["reason"] for d in result["deletions"]}
     assert f"checkpointed after the cut of {passes[0]}" in reasons["p1"]
@@ -215,6 +221,7 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert [fields["id"] for _, fields in r.xrange(keys.commands)] == ["new"]
     left = pipeline["leftovers"]
     assert not left["crashed"].exists() and not left["old"].exists()
+    assert not left["spill"].exists()
     assert left["live"].is_dir()  # its writer runs: it may still publish it
     spills = Layout.of(cfg.paths).join_spills(cfg.kafka.consumer_group)
     assert sorted(p.name for p in spills.iterdir()) == ["p0", "p8"]
