@@ -75,7 +75,7 @@ from demo.live import live_config
 from ops.airflow_local import LocalAirflow
 from ops.charts import ReferenceLine, Series, YRange, chart_page, line_chart
 from streaming.producer import produce_live
-from streamrec.config import PipelineConfig, dump_config
+from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.contracts.pass_status import read_statuses
 from streamrec.errors import ContractError
 from streamrec.local_ports import free_port
@@ -480,9 +480,14 @@ def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
 
 
 def run(
-    rate: float, passes: int, root: Path, pipelines: tuple[str, ...] = (OURS, REFERENCE)
+    rate: float,
+    passes: int,
+    root: Path,
+    pipelines: tuple[str, ...] = (OURS, REFERENCE),
+    follow: bool | None = None,
 ) -> dict[str, Outcome]:
-    """Both pipelines (or those named) on one live stream of ``rate`` impressions/s."""
+    """Both pipelines (or those named) on one live stream of ``rate`` impressions/s; with
+    ``follow``, ``cluster.follow_passes`` set so (None: as shipped)."""
     logs = root / "logs"
     logs.mkdir(parents=True)
     with ExitStack() as stack:
@@ -495,6 +500,9 @@ def run(
                 meter.add(SHARED, "broker", child.pid)
         stream_start = datetime.now(UTC)
         cfg = e2e_config(services, root, stream_start)
+        if follow is not None:
+            cfg = derived(cfg, "--follow-passes", cluster={"follow_passes": follow})
+        print(f"cluster.follow_passes: {cfg.cluster.follow_passes}", flush=True)
         config_path = dump_config(cfg, root / OURS / "pipeline.yaml")
         minutes = cfg.passes.pass_minutes
         warmup = _next(compose_pass_id(int(stream_start.timestamp() * 1000), minutes), minutes)
@@ -676,6 +684,11 @@ def main() -> int:
     parser.add_argument(
         "--sweep", help="comma-separated rates, e.g. 500,2000,5000,10000,20000: the ceilings"
     )
+    parser.add_argument(
+        "--follow-passes",
+        choices=("on", "off"),
+        help="set cluster.follow_passes (default: as the shipped config has it)",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-e2e-sweep.html"))
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args()
@@ -690,7 +703,8 @@ def main() -> int:
             rates = sorted(float(r) for r in args.sweep.split(","))
             sweep(rates, args.passes, root, args.out.resolve())
             return 0
-        outcomes = run(args.rate, args.passes, root)
+        follow = None if args.follow_passes is None else args.follow_passes == "on"
+        outcomes = run(args.rate, args.passes, root, follow=follow)
     ours, theirs = outcomes[OURS].figures, outcomes[REFERENCE].figures
     print(f"RESULT freshness_p50_s {ours['freshness p50 s']:.1f}")
     print(f"RESULT overhead_p50_s {ours['overhead p50 s']:.1f}")

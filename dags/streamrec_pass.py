@@ -207,12 +207,49 @@ def streamrec_pass():
         return _deliver(cfg, version, outlet_events)
 
     @task
-    def judge_online(pass_id: str) -> dict[str, Any]:
+    def judge_online(after: str | dict[str, Any]) -> dict[str, Any]:
         from ops.online import judge_online as judge
 
-        log.info("online metrics with pass %s's window", pass_id)
+        log.info("online metrics after pass %s", after)
         return judge(_config()).to_dict()
 
+    @task.sensor(
+        poke_interval=SCHEDULE.poke_seconds,
+        timeout=SCHEDULE.wait_timeout_seconds,
+        mode="poke",
+    )
+    def watch_pass(data_interval_start: datetime | None = None) -> PokeReturnValue:
+        from ops.status import finished_status
+        from streamrec.passes import pass_id_at, pass_state
+
+        pass_id = pass_id_at(data_interval_start)
+        cfg = _config()
+        if (status := finished_status(cfg, pass_id)) is not None:
+            log.info("pass %s: finished by the cluster's pass follower", pass_id)
+            return PokeReturnValue(is_done=True, xcom_value=status.to_wire())
+        state, why = pass_state(cfg.paths.data_root, pass_id)
+        log.info("pass %s: %s; not finished yet", pass_id, why)
+        if state == "never":
+            raise AirflowSkipException(why)
+        return PokeReturnValue(is_done=False)
+
+    @task(outlets=[SERVING_MODEL])
+    def delivered(status: dict[str, Any], *, outlet_events=None) -> dict[str, Any]:
+        from streamrec.contracts.pass_status import PassStatus
+
+        finished = PassStatus.from_wire(status)
+        if finished.delivered is None:
+            raise AirflowSkipException(f"pass {finished.pass_id} was not delivered: {status}")
+        result = finished.delivered.to_wire()
+        outlet_events[SERVING_MODEL].extra = result
+        return result
+
+    if CFG.cluster.follow_passes:  # the cluster drives each pass: the run watches it
+        status = watch_pass()
+        delivered(status)
+        if CFG.served_tasks:
+            judge_online(status)
+        return
     pass_id = wait_pass()
     if CFG.served_tasks:  # passes cut from the served log: judged beside training
         judge_online(pass_id)

@@ -25,7 +25,15 @@ from streamrec.config import PipelineConfig
 from streamrec.contracts.catch_up import CatchUp, CaughtUp, Superseded
 from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.pass_status import PassField, read_status, record
-from streamrec.passes import complete_passes, next_pass_id, pass_state
+from streamrec.passes import (
+    complete_passes,
+    is_complete,
+    next_pass_id,
+    pass_dir,
+    pass_id_at,
+    slice_dir,
+    window_floor,
+)
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
@@ -33,19 +41,25 @@ from trainers.control_plane import ClusterClient
 log = logging.getLogger(__name__)
 
 
-def next_in_backlog(cfg: PipelineConfig, pass_id: str) -> str | None:
-    """The complete pass to train after ``pass_id`` if every window between them will
-    never have a pass; None when there is none yet or a window before it is pending."""
-    later = [p for p in complete_passes(cfg.paths.data_root) if p > pass_id]
+def next_pass(cfg: PipelineConfig, head: str | None) -> str | None:
+    """The complete pass to train after ``head`` (None: a fresh model, which starts at
+    ``schedule.start`` when there is one), once every window between them will never have a
+    pass; None while a pass is pending before it, or none is complete."""
+    minutes, data_root = cfg.passes.pass_minutes, cfg.paths.data_root
+    window = next_pass_id(head, minutes) if head is not None else None
+    if window is not None and is_complete(pass_dir(data_root, window)):
+        return window  # the common case, one stat: no folder listing
+    if window is None and cfg.schedule is not None:
+        window = pass_id_at(window_floor(cfg.schedule.start, minutes))
+    later = [p for p in complete_passes(data_root) if window is None or p >= window]
     if not later:
         return None
-    window = next_pass_id(pass_id, cfg.passes.pass_minutes)
-    while window < later[0]:
-        state, why = pass_state(cfg.paths.data_root, window)
-        if state != "never":
-            log.info("catch-up stops before window %s: %s", window, why)
+    while window is not None and window < later[0]:
+        # a window a partition wrote a slice of will come; one nothing wrote never will,
+        # since a later pass is complete (``passes.pass_state``)
+        if slice_dir(data_root, window, 0).parent.exists():
             return None
-        window = next_pass_id(window, cfg.passes.pass_minutes)
+        window = next_pass_id(window, minutes)
     return later[0]
 
 
@@ -54,7 +68,7 @@ def deferred_to(cfg: PipelineConfig, pass_id: str) -> str | None:
     run then leaves its own pass to be superseded instead of exporting it."""
     if cfg.schedule is None or cfg.schedule.catchup_passes == 0:
         return None
-    return next_in_backlog(cfg, pass_id)
+    return next_pass(cfg, pass_id)
 
 
 def caught_up_by(cfg: PipelineConfig, pass_id: str) -> CaughtUp | None:
@@ -77,7 +91,7 @@ def catch_up(cfg: PipelineConfig, pass_id: str, decision: GateDecision) -> Catch
     trained: list[str] = []
     newest = pass_id
     limit = cfg.schedule.catchup_passes if cfg.schedule is not None else 0
-    while len(trained) < limit and (nxt := next_in_backlog(cfg, newest)) is not None:
+    while len(trained) < limit and (nxt := next_pass(cfg, newest)) is not None:
         status = client.pass_status(nxt)
         claimed = status.caught_up.by_run_of if status.caught_up else None
         if status.trained and claimed != pass_id:

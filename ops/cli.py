@@ -70,7 +70,7 @@ def _delegate(module: str) -> Callable[[list[str]], int]:
 DELEGATED = {
     "produce": ("streaming.producer", "push events to Kafka: a file, synthetic or live"),
     "build-passes": ("streaming.pass_builder", "cut Kafka topics into passes, until Ctrl-C"),
-    "cluster": ("trainers.launcher", "run the parameter-server cluster, until Ctrl-C"),
+    "cluster": ("ops.cluster_command", "run the parameter-server cluster, until Ctrl-C"),
     "predict": ("serving_export.predictor", "score a file of events with the serving model"),
     "serve": ("serving_export.service", "the online predictor service (HTTP), until Ctrl-C"),
 }

@@ -25,7 +25,7 @@ from serving_export.delivery import registry_for
 from streaming.synthetic import read_best_auc, read_best_task_auc
 from streamrec.atomic_fs import writer_gone
 from streamrec.config import PipelineConfig
-from streamrec.contracts.pass_status import PassStatus, read_statuses
+from streamrec.contracts.pass_status import PassStatus, read_status, read_statuses
 from streamrec.errors import ContractError
 from streamrec.passes import (
     PartitionHold,
@@ -172,6 +172,12 @@ def pass_finished(status: PassStatus, serving: str | None) -> bool:
     if superseded is None:
         return False
     return not superseded.delivers or (serving or "") >= superseded.by
+
+
+def finished_status(cfg: PipelineConfig, pass_id: str) -> PassStatus | None:
+    """The pass's status once the pipeline is done with it (``pass_finished``), else None."""
+    status = read_status(connect(cfg.redis), RedisKeys(cfg.name), pass_id)
+    return status if pass_finished(status, registry_for(cfg).serving_version()) else None
 
 
 def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None) -> list[PassRow]:

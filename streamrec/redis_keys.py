@@ -120,6 +120,11 @@ class RedisKeys:
         return f"{self.prefix}:cluster:history"
 
     @property
+    def pass_follower(self) -> str:
+        """The lease of the node whose pass follower leads (``ops.pass_follower``)."""
+        return f"{self.prefix}:cluster:follower"
+
+    @property
     def cluster_storage(self) -> str:
         return f"{self.prefix}:cluster:storage"
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import psutil
@@ -129,7 +131,12 @@ def check_node(cfg: PipelineConfig, node: str) -> int:
     return 0 if beat is not None and beat.state == "running" else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+Beside = Callable[[PipelineConfig, str], AbstractContextManager[None]]
+
+
+def main(argv: list[str] | None = None, beside: Beside | None = None) -> int:
+    """``streamrec cluster``; ``beside(cfg, node)`` runs around this host's node agent (the
+    pass follower, which ``ops`` composes: ``ops.cluster_command``)."""
     parser = argparse.ArgumentParser(
         prog="streamrec cluster",
         description="Run this host's servers and workers of the parameter-server cluster "
@@ -155,10 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         help="a probe: exit 0 if this node's agent heartbeats with its members running",
     )
     args = parser.parse_args(argv)
-    return run_command(lambda: _run(parser, args))
+    return run_command(lambda: _run(parser, args, beside))
 
 
-def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, beside: Beside | None) -> int:
     from trainers.hosts.node_agent import NodeAgent
 
     cfg = load_config(args.config)
@@ -178,7 +185,8 @@ def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     require_credentials(cfg.redis)  # before fleetrun: its workers would fail one by one
     agent = NodeAgent(cfg, resolved, topology, node)
     try:
-        agent.run()
+        with beside(cfg, node) if beside else nullcontext():
+            agent.run()
     finally:
         ignore_stop_signals()
     return 0

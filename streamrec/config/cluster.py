@@ -120,6 +120,12 @@ class ClusterConfig(_Strict):
         description="How long workers keep retrying Redis when it goes away (a restart); "
         "past it they fail, and the cluster restarts from its checkpoints once Redis is back.",
     )
+    follow_passes: bool = Field(
+        False,
+        description="The cluster trains each pass the moment it is complete, judges it and "
+        "delivers it off the training path (ops/pass_follower.py); the Airflow DAG then "
+        "watches each pass instead of driving it. Off: each DAG run drives its pass.",
+    )
     stop_grace_seconds: float = Field(
         20.0,
         gt=0,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ops.catchup import caught_up_by, next_in_backlog
+from ops.catchup import caught_up_by, next_pass
 from streamrec.config import PipelineConfig, derived
 from streamrec.contracts.catch_up import CatchUp, CaughtUp
 from streamrec.contracts.delivery import GateDecision
@@ -31,10 +31,25 @@ def test_the_backlog_is_taken_in_order_and_stops_at_a_pending_window(
     for pass_id in ("202601010000", "202601010010", "202601010030", "202601010050"):
         _complete(tmp_path, pass_id)
     slice_dir(tmp_path, "202601010040", 0).parent.mkdir(parents=True)  # still being written
-    assert next_in_backlog(cfg, "202601010000") == "202601010010"
-    assert next_in_backlog(cfg, "202601010010") == "202601010030"  # 0020 never comes
-    assert next_in_backlog(cfg, "202601010030") is None  # 0040 pending: 0050 must wait
-    assert next_in_backlog(cfg, "202601010050") is None  # nothing after it yet
+    assert next_pass(cfg, "202601010000") == "202601010010"
+    assert next_pass(cfg, "202601010010") == "202601010030"  # 0020 never comes
+    assert next_pass(cfg, "202601010030") is None  # 0040 pending: 0050 must wait
+    assert next_pass(cfg, "202601010050") is None  # nothing after it yet
+
+
+def test_a_fresh_model_starts_at_the_schedule_or_the_oldest_pass(
+    shipped_config: PipelineConfig, tmp_path: Path
+) -> None:
+    cfg = derived(shipped_config, "the follower's config", paths={"data_root": tmp_path})
+    assert next_pass(cfg, None) is None  # nothing complete yet
+    for pass_id in ("202601010000", "202601010030"):
+        _complete(tmp_path, pass_id)
+    unscheduled = derived(cfg, "no schedule", schedule=None)
+    assert next_pass(unscheduled, None) == "202601010000"
+    later = derived(cfg, "a later start", schedule={"start": "2026-01-01T00:12:00Z"})
+    assert next_pass(later, None) == "202601010030"  # 0010 and 0020 never come
+    slice_dir(tmp_path, "202601010020", 0).parent.mkdir(parents=True)
+    assert next_pass(later, None) is None  # 0020 is being written: it comes first
 
 
 def test_the_result_crosses_xcom_as_json() -> None:

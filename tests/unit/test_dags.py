@@ -39,6 +39,24 @@ def test_passes_cut_from_the_served_log_are_judged_online_beside_training(
     assert down["judge_online"] == set()  # beside training, never holding delivery
 
 
+def test_with_the_cluster_following_passes_each_run_watches_its_pass(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
+    raw["schema"] = str(repo / "configs" / "schema.yaml")
+    raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    raw["cluster"]["follow_passes"] = True
+    followed = tmp_path / "followed.yaml"
+    followed.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("STREAMREC_CONFIG", str(followed))
+    dag = _bag(repo)
+    down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
+    assert down == {"watch_pass": {"delivered"}, "delivered": set()}
+    assert {t.task_id for t in dag.tasks if t.outlets} == {"delivered"}
+    assert dag.get_task("watch_pass").timeout >= 3600
+    assert dag.catchup and dag.max_active_runs == 1
+
+
 def _bag(repo: Path):
     from airflow.dag_processing.dagbag import DagBag
 
