@@ -76,7 +76,7 @@ from streamrec.config import (
 )
 from streamrec.contracts.training import TrainResult
 from streamrec.local_services import local_services
-from streamrec.passes import next_pass_id, pass_dir, read_manifest, window_ms
+from streamrec.passes import pass_dir, read_manifest
 from trainers.control_plane import ClusterClient
 from trainers.worker.strategy import SavedValueLayout, saved_value_layout, table_folder
 
@@ -318,13 +318,13 @@ def replay(cfg: PipelineConfig, sample: Sample, regression_c: float | None = Non
     cfg = derived(cfg, f"the {sample.name} replay's config", feature_schema=sample.schema())
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     events = Path(cfg.paths.work_root) / f"{sample.name}.jsonl"
-    start_ms, _ = window_ms(FIRST, cfg.passes.pass_minutes)
-    spacing_ms = cfg.passes.pass_minutes * 60_000 / sample.rows_per_pass
+    start_ms, _ = cfg.passes.clock.window(FIRST)
+    spacing_ms = cfg.passes.clock.width_ms / sample.rows_per_pass
     write_events(sample, table, events, start_ms, spacing_ms)
     _cli("produce", "--config", str(config), "--file", str(events), timeout=300)
     pass_ids = [FIRST]
     while len(pass_ids) < passes:
-        pass_ids.append(next_pass_id(pass_ids[-1], cfg.passes.pass_minutes))
+        pass_ids.append(cfg.passes.clock.next(pass_ids[-1]))
     _cli("build-passes", "--config", str(config), "--until-pass", pass_ids[-1], timeout=600)
     rows = [read_manifest(pass_dir(cfg.paths.data_root, p)).rows for p in pass_ids]
     if rows != [sample.rows_per_pass] * passes:

@@ -29,12 +29,12 @@ from pathlib import Path
 from machine import hardware_line
 from pipeline import bench_config, build
 
-from demo.live import PASS_MINUTES, live_config
+from demo.live import PASS_SECONDS, live_config
 from ops.airflow_local import LocalAirflow
 from serving_export.delivery import registry_for
 from streamrec.config import dump_config
 from streamrec.local_services import local_services
-from streamrec.passes import window_floor
+from streamrec.passes import PassClock
 from trainers.checkpoints import list_checkpoints
 from trainers.launcher import LocalCluster
 
@@ -51,8 +51,8 @@ def main() -> int:
         services = stack.enter_context(local_services(root / "services"))
         cfg = bench_config(services, root, "catchup", args.events_per_pass)
         # the backlog ends a few windows before now: the runs after it wait for data
-        minutes = args.passes * PASS_MINUTES + 3
-        start = window_floor(datetime.now(UTC) - timedelta(minutes=minutes), PASS_MINUTES)
+        seconds = args.passes * PASS_SECONDS + 180
+        start = PassClock(PASS_SECONDS).floor(datetime.now(UTC) - timedelta(seconds=seconds))
         cfg = live_config(cfg, start)
         config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
         passes = build(cfg, args.passes, start.strftime("%Y%m%d%H%M"))
@@ -82,7 +82,7 @@ def main() -> int:
         f"between checkpoints: median {statistics.median(gaps or [0]):.2f} s, "
         f"longest {max(gaps or [0]):.2f} s (a catch-up's export and the skipped runs)"
     )
-    print(f"RESULT catchup_speedup {len(passes) * PASS_MINUTES * 60 / wall:.2f}")
+    print(f"RESULT catchup_speedup {len(passes) * PASS_SECONDS / wall:.2f}")
     print(f"RESULT catchup_s_per_pass {per_pass:.2f}")
     return 0
 

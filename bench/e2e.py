@@ -7,7 +7,7 @@ On the same events, in the same run:
 - **streamrec** as a user runs it: ``streamrec build-passes``, ``streamrec cluster``,
   Airflow's real api-server, scheduler and dag-processor running dags/streamrec_pass.py
   (sensor, train, gate, export, deliver) and ``streamrec serve``, whose ``GET /version``
-  this script polls every 0.2 s: a pass is served when /version first names it.
+  this script polls every 0.05 s: a pass is served when /version first names it.
 - **the reference** (bench/reference_pipeline.py): a consumer writes each window's events to
   text files; after the window's end plus the lateness a fresh fleetrun job loads the last
   checkpoint, trains with ``train_from_dataset``, saves and exports an inference model. It
@@ -80,7 +80,7 @@ from streamrec.contracts.pass_status import read_statuses
 from streamrec.errors import ContractError
 from streamrec.local_ports import free_port
 from streamrec.local_services import LocalServices, local_services
-from streamrec.passes import compose_pass_id, pass_dir, read_manifest, window_ms
+from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
@@ -163,6 +163,9 @@ def _trees(roots: list[psutil.Process]) -> list[psutil.Process]:
     return procs
 
 
+POLL_S = 0.05  # at 0.2 s the poll alone added 0.1 s on average to every served time
+
+
 class VersionWatch:
     """Polls the service's ``GET /version``; the first time each version was named."""
 
@@ -172,7 +175,7 @@ class VersionWatch:
         self._stop = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(POLL_S):
             try:
                 with urllib.request.urlopen(self.url, timeout=2) as reply:
                     version = json.loads(reply.read()).get("version")
@@ -214,10 +217,6 @@ def e2e_config(services: LocalServices, root: Path, stream_start: datetime) -> P
     """The benches' config (labels in the impressions) with the live mode's passes (1 minute,
     5 s lateness) and Airflow's schedule from the stream's first window."""
     return live_config(bench_config(services, root, OURS), stream_start)
-
-
-def _next(pass_id: str, minutes: int) -> str:
-    return compose_pass_id(window_ms(pass_id, minutes)[1], minutes)
 
 
 def start_streamrec(
@@ -361,9 +360,9 @@ def summarize(seen: Observed) -> dict[str, Outcome]:
     cfg, measured, ours, theirs, sent, meter = (
         seen.cfg, seen.measured, seen.ours, seen.theirs, seen.sent, seen.meter
     )  # fmt: skip
-    minutes, lateness = cfg.passes.pass_minutes, cfg.passes.allowed_lateness_seconds
-    span = len(measured) * minutes * 60
-    end = {p: window_ms(p, minutes)[1] / 1000 for p in measured}
+    clock, lateness = cfg.passes.clock, cfg.passes.allowed_lateness_seconds
+    span = len(measured) * clock.seconds
+    end = {p: clock.window(p)[1] / 1000 for p in measured}
     per_pass: dict[str, list[dict]] = {}
     if ours is not None:
         by = {o["pass_id"]: o for o in ours}
@@ -438,7 +437,7 @@ def _event_figures(
 def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
     """The per-pass table and the pipelines' figures side by side."""
     measured, ours, theirs, meter = seen.measured, seen.ours, seen.theirs, seen.meter
-    minutes = seen.cfg.passes.pass_minutes
+    clock = seen.cfg.passes.clock
     print("\nseconds after each window's end (freshness = served):")
     print(
         f"{'pass':<13}{'rows':>7} | streamrec {'complete':>8} {'trains':>7} {'trained':>7}"
@@ -446,7 +445,7 @@ def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
     )
     by = {o["pass_id"]: o for o in ours or []}
     for pass_id in measured:
-        end = window_ms(pass_id, minutes)[1] / 1000
+        end = clock.window(pass_id)[1] / 1000
         o, t = by.get(pass_id, {}), (theirs or {}).get(pass_id, {})
         auc = f"{o['auc']:6.3f}" if o.get("auc") else f"{'-':>6}"
         print(
@@ -504,11 +503,11 @@ def run(
             cfg = derived(cfg, "--follow-passes", cluster={"follow_passes": follow})
         print(f"cluster.follow_passes: {cfg.cluster.follow_passes}", flush=True)
         config_path = dump_config(cfg, root / OURS / "pipeline.yaml")
-        minutes = cfg.passes.pass_minutes
-        warmup = _next(compose_pass_id(int(stream_start.timestamp() * 1000), minutes), minutes)
-        measured = [_next(warmup, minutes)]
+        clock = cfg.passes.clock
+        warmup = clock.next(clock.id_of(stream_start))
+        measured = [clock.next(warmup)]
         while len(measured) < passes:
-            measured.append(_next(measured[-1], minutes))
+            measured.append(clock.next(measured[-1]))
 
         stop_stream = threading.Event()
         sent: dict[str, list[np.ndarray]] = {}
@@ -543,7 +542,7 @@ def run(
         threading.Thread(target=meter.run, name="meter", daemon=True).start()
         stack.callback(meter.stop)
 
-        late_s = time.time() - window_ms(measured[0], minutes)[0] / 1000
+        late_s = time.time() - clock.window(measured[0])[0] / 1000
         if late_s > 0:  # the warm-up pass would not be one: measured passes would catch up
             raise SystemExit(f"start-up ran {late_s:.0f}s into the first measured window")
         time.sleep(-late_s)
@@ -551,7 +550,7 @@ def run(
             meter.mark(group, "start")
         last, ref_file = measured[-1], ref_root / "passes.jsonl"
         # a pipeline that has not served the last pass by then has fallen behind for good
-        deadline = window_ms(last, minutes)[1] / 1000 + MAX_FRESHNESS_P50_S * 3
+        deadline = clock.window(last)[1] / 1000 + MAX_FRESHNESS_P50_S * 3
         while time.time() < deadline:
             theirs = _read_jsonl(ref_file)
             if watch and last in watch.first_seen and f"{OURS}/done" not in meter.marks:

@@ -65,7 +65,7 @@ from streamrec.config import PipelineConfig, derived, dump_config, kind_column, 
 from streamrec.config.cluster import PathConfig
 from streamrec.contracts.training import PassMetrics, TrainResult
 from streamrec.local_services import local_services
-from streamrec.passes import RowKind, complete_passes, pass_dir, read_manifest, window_ms
+from streamrec.passes import RowKind, complete_passes, pass_dir, read_manifest
 from trainers.control_plane import ClusterClient
 
 POLICIES = ("after_window", "at_once", "after_wait")
@@ -116,7 +116,7 @@ def policy_configs(services, root: Path, stream: str, args: argparse.Namespace) 
                 "consumer_group": name,
             },
             redis={"url": services.redis_url},
-            passes={"pass_minutes": 1, "allowed_lateness_seconds": 10},
+            passes={"pass_seconds": 60, "allowed_lateness_seconds": 10},
             synthetic={
                 "drift_half_life_minutes": args.half_life_minutes if stream == "drifting" else None
             },
@@ -204,7 +204,7 @@ def _train_and_serve(policy: Policy, windows: list[str]) -> None:
     written = {p: _written_ms(root, p) for p in passes}
     serving: dict[str, list[str]] = {}  # pass -> the windows its model would have served
     for window in windows:
-        start = window_ms(window, policy.cfg.passes.pass_minutes)[0]
+        start = policy.cfg.passes.clock.window(window)[0]
         ready = [p for p in passes if written[p] <= start]
         if ready and window in written:
             serving.setdefault(max(ready), []).append(window)

@@ -52,7 +52,6 @@ from streaming.join_spill import SpillSettings
 from streaming.synthetic import SyntheticStream
 from streaming.windows import WindowCutter
 from streamrec.config import PipelineConfig, load_config
-from streamrec.passes import next_pass_id
 
 REPO = Path(__file__).resolve().parent.parent
 CHUNK = 50_000
@@ -105,7 +104,7 @@ def _join(cfg: PipelineConfig, spill: SpillSettings | None) -> PartitionJoin:
         closed_through=None,
         replay_to={},
         plan=plan_of(cfg),
-        pass_minutes=cfg.passes.pass_minutes,
+        clock=cfg.passes.clock,
         spill=spill,
     )
 
@@ -113,7 +112,7 @@ def _join(cfg: PipelineConfig, spill: SpillSettings | None) -> PartitionJoin:
 def _hold(cfg: PipelineConfig, template: pa.Table, rows: int, join: PartitionJoin) -> int:
     """Feed ``rows`` impressions of one hour into ``join``, checkpointing it whenever it is
     past its budget; the peak RSS after any chunk."""
-    cutter = WindowCutter(cfg.passes.pass_minutes)
+    cutter = WindowCutter(cfg.passes.clock)
     peak = 0
     for first in range(0, rows, CHUNK):
         n = min(CHUNK, rows - first)
@@ -196,7 +195,7 @@ def _speed(
     window cut once the time passed its horizon; rows written and labels counted."""
     times, labels = _labelled(rows)
     join = _join(cfg, spill)
-    cutter = WindowCutter(cfg.passes.pass_minutes, join.plan.cut_delay_ms)
+    cutter = WindowCutter(cfg.passes.clock, join.plan.cut_delay_ms)
     written, counts, next_label = 0, Counter[str](), 0
     window = cutter.pass_id_of(int(times[0]))
     t = time.perf_counter()
@@ -216,7 +215,7 @@ def _speed(
             written += table.num_rows if table is not None else 0
             for kind, c in join.take_counters().labels.items():
                 counts.update({f"{kind}.{k}": v for k, v in vars(c).items()})
-            window = next_pass_id(window, cfg.passes.pass_minutes)
+            window = cfg.passes.clock.next(window)
         if spill is not None and join.over_budget():
             join.checkpoint({}, {})
     elapsed = time.perf_counter() - t

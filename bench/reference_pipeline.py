@@ -31,7 +31,6 @@ from pipeline import fleet_job, tsv_line
 from streaming.kafka_clients import client_settings
 from streamrec.config import PipelineConfig, load_config
 from streamrec.logs import setup_logging
-from streamrec.passes import compose_pass_id, window_ms
 from streamrec.signals import stop_on_sigterm
 
 log = logging.getLogger("bench.reference")
@@ -53,7 +52,7 @@ class WindowFiles:
     def add(self, partition: int, value: bytes) -> None:
         try:
             event = json.loads(value)
-            window = compose_pass_id(event["event_time"], self._cfg.passes.pass_minutes)
+            window = self._cfg.passes.clock.id_at(event["event_time"])
         except (ValueError, KeyError, TypeError):
             self.malformed += 1
             return
@@ -135,11 +134,11 @@ def main() -> None:
     stop = threading.Event()
     consumer = threading.Thread(target=consume, args=(cfg, files, stop), daemon=True)
     consumer.start()
-    minutes = cfg.passes.pass_minutes
+    clock = cfg.passes.clock
     window, previous = args.first, None
     with open(args.root / "passes.jsonl", "a") as out:
         for _ in range(args.passes):
-            end = window_ms(window, minutes)[1] / 1000
+            end = clock.window(window)[1] / 1000
             time.sleep(max(0.0, end + cfg.passes.allowed_lateness_seconds - time.time()))
             paths = files.close(window)
             result = train_window(cfg, args.root, window, paths, previous) if paths else {}
@@ -148,7 +147,7 @@ def main() -> None:
             out.flush()
             log.info("reference pass %s: %s", window, record)
             previous = window if paths else previous
-            window = compose_pass_id(int(end * 1000), minutes)
+            window = clock.id_at(int(end * 1000))
     stop.set()
     consumer.join(10)
     files.close_all()

@@ -59,7 +59,7 @@ from streaming.slices import assemble_pass, write_slice
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.contracts.training import TrainResult
 from streamrec.local_services import local_services
-from streamrec.passes import EventCounts, PartitionRange, next_pass_id, pass_dir, window_ms
+from streamrec.passes import EventCounts, PartitionRange, pass_dir
 from streamrec.redis_conn import connect
 from trainers.launcher import LocalCluster
 
@@ -89,7 +89,7 @@ def write_pass(cfg: PipelineConfig, pass_id: str, first_id: int, rows: int) -> N
     rng = np.random.default_rng(first_id)
     schema = pass_table_schema(cfg.feature_schema)
     ids = pa.array(np.arange(first_id, first_id + rows)).cast(pa.string())
-    start_ms, end_ms = window_ms(pass_id, cfg.passes.pass_minutes)
+    start_ms, end_ms = cfg.passes.clock.window(pass_id)
     fresh = [s.name for s in cfg.feature_schema.sparse][:2]
     columns: dict[str, pa.Array] = {
         "event_id": pc.binary_join_element_wise("e", ids, ""),
@@ -120,7 +120,7 @@ def write_pass(cfg: PipelineConfig, pass_id: str, first_id: int, rows: int) -> N
     }
     root, version = cfg.paths.data_root, cfg.feature_schema.version
     write_slice(root, version, pass_id, 0, table, cfg.passes.parts_per_pass, fields)
-    assemble_pass(root, pass_id, 1, version, cfg.passes.pass_minutes)
+    assemble_pass(root, pass_id, 1, version, cfg.passes.clock)
 
 
 def _rss(processes: list[psutil.Process]) -> float:
@@ -167,7 +167,7 @@ def grow(cfg: PipelineConfig, config: Path, sizes: list[int], rows: int) -> list
             f"{trained.checkpoint.table_keys:,} keys",
             flush=True,
         )
-        pass_id = next_pass_id(pass_id, cfg.passes.pass_minutes)
+        pass_id = cfg.passes.clock.next(pass_id)
         return trained
 
     try:

@@ -258,7 +258,7 @@ def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[fl
     """Servers' RSS at start and peak (MiB) and the final table keys, eviction off and on."""
     heavy = {"cardinality": {"user_id": 20_000_000, "item_id": 200_000}}
     base = bench_config(services, root, "memory", events, **heavy)
-    base = derived(base, "the memory config", passes={"pass_minutes": 360})  # 4 a logical day
+    base = derived(base, "the memory config", passes={"pass_seconds": 21600})  # 4 a logical day
     ids = build(base, passes)
     figures = {}
     for label, table in (
@@ -278,9 +278,9 @@ def memory(services, root: Path, passes: int, events: int) -> dict[str, tuple[fl
             start = _server_memory_mib(cluster, "VmRSS")
             for i, pass_id in enumerate(ids, 1):
                 keys = cluster.client.train(pass_id).checkpoint.table_keys
-                daily = cluster.client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
-                if daily.checkpoint is not None:
-                    keys = daily.checkpoint.table_keys
+                if cfg.passes.clock.closes_day(pass_id):
+                    daily = cluster.client.maintain(pass_id).checkpoint
+                    keys = daily.table_keys if daily is not None else keys
                 print(
                     f"\r  eviction {label}: pass {i}/{len(ids)}, {keys:,} keys", end="", flush=True
                 )

@@ -2,11 +2,12 @@
 ### streamrec_pass: train, gate and deliver one pass
 
 One run per pass window, in order: the run's data interval **is** the pass's event-time
-window (a `DeltaDataIntervalTimetable` of `passes.pass_minutes` from `schedule.start`,
-rounded down to a window), and its start is the pass id (`YYYYMMDDHHMM`, UTC). Catch-up is
-on and one run is active at a time, so windows missed while Airflow, the builder or the
-cluster was down are run afterwards, oldest first. Every task depends on its previous run:
-a run that failed holds the later ones until it is cleared, so no pass is ever skipped.
+window (a `DeltaDataIntervalTimetable` of `passes.pass_seconds` from `schedule.start`,
+rounded down to a window), and its start is the pass id (`YYYYMMDDHHMM`, UTC; with seconds
+for passes under a minute). Catch-up is on and one run is active at a time, so windows
+missed while Airflow, the builder or the cluster was down are run afterwards, oldest first.
+Every task depends on its previous run: a run that failed holds the later ones until it is
+cleared, so no pass is ever skipped.
 
 | task | calls | outcome |
 | --- | --- | --- |
@@ -55,7 +56,6 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from streamrec.config import PipelineConfig, load_config
 from streamrec.errors import ConfigError
-from streamrec.passes import window_floor
 
 if TYPE_CHECKING:
     from streamrec.contracts.delivery import GateDecision
@@ -103,12 +103,13 @@ def _deliver(cfg: PipelineConfig, version: str, outlet_events: Any) -> dict[str,
 
 CFG = _config()
 SCHEDULE = CFG.schedule
+CLOCK = CFG.passes.clock
 assert SCHEDULE is not None  # _config checked it
 
 
 @dag(
-    schedule=DeltaDataIntervalTimetable(timedelta(minutes=CFG.passes.pass_minutes)),
-    start_date=window_floor(SCHEDULE.start, CFG.passes.pass_minutes),
+    schedule=DeltaDataIntervalTimetable(timedelta(seconds=CLOCK.seconds)),
+    start_date=CLOCK.floor(SCHEDULE.start),
     catchup=True,
     max_active_runs=1,
     default_args={
@@ -130,9 +131,9 @@ def streamrec_pass():
     )
     def wait_pass(data_interval_start: datetime | None = None) -> PokeReturnValue:
         from ops.catchup import caught_up_by
-        from streamrec.passes import pass_id_at, pass_state
+        from streamrec.passes import pass_state
 
-        pass_id = pass_id_at(data_interval_start)
+        pass_id = CLOCK.id_of(data_interval_start)
         cfg = _config()
         if (by := caught_up_by(cfg, pass_id)) is not None:
             raise AirflowSkipException(
@@ -220,9 +221,9 @@ def streamrec_pass():
     )
     def watch_pass(data_interval_start: datetime | None = None) -> PokeReturnValue:
         from ops.status import finished_status
-        from streamrec.passes import pass_id_at, pass_state
+        from streamrec.passes import pass_state
 
-        pass_id = pass_id_at(data_interval_start)
+        pass_id = CLOCK.id_of(data_interval_start)
         cfg = _config()
         if (status := finished_status(cfg, pass_id)) is not None:
             log.info("pass %s: finished by the cluster's pass follower", pass_id)

@@ -19,34 +19,37 @@ from pathlib import Path
 
 from demo.services import on_local_services
 from ops.airflow_local import LocalAirflow
+from ops.pass_follower import following
 from ops.status import format_table, recent_passes
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_live
 from streamrec.config import PipelineConfig, ScheduleConfig, derived, dump_config
-from streamrec.passes import window_floor
+from streamrec.passes import PassClock
 from streamrec.signals import ignore_stop_signals
 from trainers.launcher import LocalCluster
 
 log = logging.getLogger("demo.live")
-PASS_MINUTES = 1
+PASS_SECONDS = 60
 
 
-def live_config(cfg: PipelineConfig, start: datetime) -> PipelineConfig:
-    """``cfg`` made for a live stream of 1-minute passes that Airflow schedules from the
-    window holding ``start``: short lateness, label window and click delay."""
+def live_config(
+    cfg: PipelineConfig, start: datetime, pass_seconds: int = PASS_SECONDS
+) -> PipelineConfig:
+    """``cfg`` made for a live stream of ``pass_seconds`` passes that Airflow schedules
+    from the window holding ``start``: short lateness, label window and click delay."""
 
     return derived(
         cfg,
         "the live demo's config",
         passes={
-            "pass_minutes": PASS_MINUTES,
+            "pass_seconds": pass_seconds,
             "allowed_lateness_seconds": 5,
             "idle_partition_seconds": 3,
         },
         join={"label_window_seconds": 10},
         synthetic={"click_delay_seconds": 3},
         schedule=ScheduleConfig(
-            start=window_floor(start, PASS_MINUTES),
+            start=PassClock(pass_seconds).floor(start),
             poke_seconds=1,
             retry_delay_seconds=5,
             max_retry_delay_seconds=60,
@@ -57,10 +60,11 @@ def live_config(cfg: PipelineConfig, start: datetime) -> PipelineConfig:
 class LiveStack:
     """Everything the live mode runs; ``airflow`` can be stopped and started piecewise."""
 
-    def __init__(self, cfg: PipelineConfig, rate: float) -> None:
+    def __init__(self, cfg: PipelineConfig, rate: float, pass_seconds: int = PASS_SECONDS) -> None:
         self._exits = ExitStack()
         work = Path(cfg.paths.work_root)
-        self.cfg = live_config(on_local_services(cfg, self._exits), datetime.now(UTC))
+        services = on_local_services(cfg, self._exits)
+        self.cfg = live_config(services, datetime.now(UTC), pass_seconds)
         self.config_path = dump_config(self.cfg, work / "live.resolved.yaml")
         self.rate = rate
         self.stop_stream = threading.Event()
@@ -77,6 +81,7 @@ class LiveStack:
 
     def _start(self) -> None:
         self._exits.enter_context(self.cluster)
+        self._exits.enter_context(following(self.cfg, "local"))  # with cluster.follow_passes
         builder = PassBuilder(self.cfg)
         stop_builder = threading.Event()
         thread = threading.Thread(
@@ -112,7 +117,7 @@ def run_live(
     with LiveStack(cfg, rate) as stack:
         print(
             f"\nAirflow UI: {stack.airflow.url}  (login: admin / {stack.airflow.password})\n"
-            f"live stream: {rate:g} impressions/s, {PASS_MINUTES}-minute passes; the DAG "
+            f"live stream: {rate:g} impressions/s, {PASS_SECONDS} s passes; the DAG "
             f"streamrec_pass trains each one. Ctrl-C stops everything.\n"
             f"status any time: streamrec status --config {stack.config_path}\n",
             flush=True,
@@ -126,12 +131,12 @@ def run_live(
         # while this thread held the event's lock inside wait() would never return; short
         # ones, because a signal the kernel hands to another thread runs its handler only
         # when this thread next wakes
-        status_at = time.monotonic() + PASS_MINUTES * 60
+        status_at = time.monotonic() + PASS_SECONDS
         while not stopped.is_set():
             time.sleep(1.0)
             if time.monotonic() >= status_at:
                 print(format_table(recent_passes(stack.cfg, limit=10)) + "\n", flush=True)
-                status_at += PASS_MINUTES * 60
+                status_at += PASS_SECONDS
         ignore_stop_signals()  # a second Ctrl-C must not cut the shutdown short
         print("stopping: stream, Airflow, builder, cluster...", flush=True)
         stopping = time.monotonic()

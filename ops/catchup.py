@@ -28,11 +28,8 @@ from streamrec.contracts.pass_status import PassField, read_status, record
 from streamrec.passes import (
     complete_passes,
     is_complete,
-    next_pass_id,
     pass_dir,
-    pass_id_at,
     slice_dir,
-    window_floor,
 )
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
@@ -45,12 +42,12 @@ def next_pass(cfg: PipelineConfig, head: str | None) -> str | None:
     """The complete pass to train after ``head`` (None: a fresh model, which starts at
     ``schedule.start`` when there is one), once every window between them will never have a
     pass; None while a pass is pending before it, or none is complete."""
-    minutes, data_root = cfg.passes.pass_minutes, cfg.paths.data_root
-    window = next_pass_id(head, minutes) if head is not None else None
+    clock, data_root = cfg.passes.clock, cfg.paths.data_root
+    window = clock.next(head) if head is not None else None
     if window is not None and is_complete(pass_dir(data_root, window)):
         return window  # the common case, one stat: no folder listing
     if window is None and cfg.schedule is not None:
-        window = pass_id_at(window_floor(cfg.schedule.start, minutes))
+        window = clock.id_of(cfg.schedule.start)
     later = [p for p in complete_passes(data_root) if window is None or p >= window]
     if not later:
         return None
@@ -59,7 +56,7 @@ def next_pass(cfg: PipelineConfig, head: str | None) -> str | None:
         # since a later pass is complete (``passes.pass_state``)
         if slice_dir(data_root, window, 0).parent.exists():
             return None
-        window = next_pass_id(window, minutes)
+        window = clock.next(window)
     return later[0]
 
 

@@ -130,7 +130,7 @@ def _report(args: argparse.Namespace) -> int:
     online = online_of(cfg)  # read once: the status text and the chart
     serving = serving_summary(cfg, online=online)
     status = [format_table(rows), format_serving(serving), format_cluster(cluster_summary(cfg))]
-    target = stale_after_seconds(cfg.passes.pass_minutes)  # the freshness plot's target line
+    target = stale_after_seconds(cfg.passes.clock)  # the freshness plot's target line
     page = render(cfg.name, rows, "\n\n".join(status), target, online=online)
     write_text_atomic(args.out.resolve(), page)
     print(f"wrote {args.out} ({len(rows)} passes)")

@@ -70,7 +70,10 @@ class PassFollower:
         self.client = ClusterClient.from_config(cfg)
         self._r = connect(cfg.redis)
         self._keys = RedisKeys(cfg.name)
-        self._lease = self._r.lock(self._keys.pass_follower, timeout=LEASE_S, blocking=False)
+        # not thread-local: the lease is taken here and renewed on its own thread
+        self._lease = self._r.lock(
+            self._keys.pass_follower, timeout=LEASE_S, blocking=False, thread_local=False
+        )
         self._lost = threading.Event()
         self._owner = owner
         self._deliveries = ThreadPoolExecutor(1, thread_name_prefix="deliver")
@@ -96,6 +99,11 @@ class PassFollower:
                 self.stop.wait(LEASE_S / 3)
         finally:
             self._deliveries.shutdown(wait=True)
+
+    @property
+    def leads(self) -> bool:
+        """Whether this follower holds the lease now."""
+        return bool(self._lease.owned())
 
     def _take_lease(self) -> bool:
         if not self._lease.acquire():

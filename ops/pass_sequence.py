@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ops.retention import apply_if_day_ends
+from ops.retention import apply
 from serving_export import delivery
 from streamrec.config import PipelineConfig
-from streamrec.contracts.day_end import DayEnd
+from streamrec.contracts.day_end import DayEnd, RetentionRun
 from streamrec.contracts.delivery import GateDecision
-from streamrec.contracts.training import TrainResult
+from streamrec.contracts.training import MaintainReply, TrainResult
 from trainers.control_plane import ClusterClient
 
 
@@ -48,8 +48,15 @@ def publish(
 def day_end(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> DayEnd:
     """After a logical day's last pass the cluster's maintenance, then retention; nothing
     after any other pass."""
-    maintained = client.maintain_if_day_ends(pass_id, cfg.passes.pass_minutes)
-    return DayEnd(maintain=maintained, retention=apply_if_day_ends(cfg, pass_id))
+    if not cfg.passes.clock.closes_day(pass_id):
+        return DayEnd(
+            maintain=MaintainReply(pass_id=pass_id, maintenance=False),
+            retention=RetentionRun(pass_id=pass_id, retention=False),
+        )
+    return DayEnd(
+        maintain=client.maintain(pass_id),
+        retention=RetentionRun(pass_id=pass_id, retention=True, counts=apply(cfg).counts()),
+    )
 
 
 def run_pass(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> PassOutcome:

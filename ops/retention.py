@@ -45,17 +45,10 @@ from streaming.join_spill import remove_if_stale, stale_reason
 from streaming.slices import builder_leftovers, latest_slice, slice_partitions, slice_pass_ids
 from streamrec.atomic_fs import leftover_reason, remove_path
 from streamrec.config import PipelineConfig
-from streamrec.contracts.day_end import RetentionRun
 from streamrec.contracts.pass_status import read_status
 from streamrec.layout import PROGRESSIVE, Layout
 from streamrec.listing import Listing, list_folder
-from streamrec.passes import (
-    closes_day,
-    complete_passes,
-    is_day,
-    pass_id_at,
-    window_ms,
-)
+from streamrec.passes import PassClock, complete_passes, is_day
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import expired, list_checkpoints
@@ -101,8 +94,8 @@ class RetentionResult:
         }
 
 
-def _cutoff_id(now: datetime, days: float) -> str:
-    return pass_id_at(now - timedelta(days=days))
+def _cutoff_id(clock: PassClock, now: datetime, days: float) -> str:
+    return clock.id_of(now - timedelta(days=days))
 
 
 def _trained(r: redis.Redis, keys: RedisKeys, pass_id: str, saved: set[str]) -> bool:
@@ -110,11 +103,11 @@ def _trained(r: redis.Redis, keys: RedisKeys, pass_id: str, saved: set[str]) -> 
 
 
 def _passes(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime):
-    ret, minutes = cfg.retention, cfg.passes.pass_minutes
+    ret, clock = cfg.retention, cfg.passes.clock
     cutoff_ms = int((now - timedelta(days=ret.passes_days)).timestamp() * 1000)
     saved = {c.pass_id for c in list_checkpoints(cfg.paths.checkpoint_root)}
     for pass_id in complete_passes(cfg.paths.data_root):
-        if window_ms(pass_id, minutes)[1] > cutoff_ms:
+        if clock.window(pass_id)[1] > cutoff_ms:
             break
         if _trained(r, keys, pass_id, saved):
             yield Deletion(
@@ -125,13 +118,13 @@ def _passes(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime)
 
 
 def _slices(cfg: PipelineConfig, now: datetime):
-    root, minutes = cfg.paths.data_root, cfg.passes.pass_minutes
+    root, clock = cfg.paths.data_root, cfg.passes.clock
     layout = Layout.of(cfg.paths)
-    newest = [s.pass_id for p in slice_partitions(root) if (s := latest_slice(root, p, minutes))]
+    newest = [s.pass_id for p in slice_partitions(root) if (s := latest_slice(root, p, clock))]
     if not newest:
         return
     resume_from = min(newest)
-    cutoff = _cutoff_id(now, cfg.retention.slices_days)
+    cutoff = _cutoff_id(clock, now, cfg.retention.slices_days)
     complete = set(complete_passes(root))
     for pass_id in sorted(slice_pass_ids(root)):
         if pass_id >= resume_from or pass_id >= cutoff:
@@ -159,7 +152,7 @@ def _raw_exports(cfg: PipelineConfig):
 
 def _scores(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime):
     root, days = Layout.of(cfg.paths).scores, cfg.retention.passes_days
-    cutoff = _cutoff_id(now, days)
+    cutoff = _cutoff_id(cfg.passes.clock, now, days)
     for name in run_listing(root).names:
         pass_id, _, run = name.partition("-")
         if pass_id < cutoff:
@@ -187,7 +180,7 @@ def _artifacts(cfg: PipelineConfig):
 
 
 def _redis_keys(cfg: PipelineConfig, r: redis.Redis, keys: RedisKeys, now: datetime):
-    cutoff = _cutoff_id(now, cfg.retention.redis_days)
+    cutoff = _cutoff_id(cfg.passes.clock, now, cfg.retention.redis_days)
     why = f"pass older than {cfg.retention.redis_days:g} days"
     for pattern in (keys.pass_status("*"), keys.done("*", "*")):
         for key in scan_keys(r, pattern):
@@ -245,7 +238,7 @@ def _spill_stores(cfg: PipelineConfig) -> dict[Path, str | None]:
     folder = Layout.of(cfg.paths).join_spills(cfg.kafka.consumer_group)
     stores = {}
     for name in _spill_listing(cfg).names:
-        newest = latest_slice(cfg.paths.data_root, int(name[1:]), cfg.passes.pass_minutes)
+        newest = latest_slice(cfg.paths.data_root, int(name[1:]), cfg.passes.clock)
         stores[folder / name] = newest.pass_id if newest else None
     return stores
 
@@ -311,10 +304,3 @@ def _remove_empty_days(cfg: PipelineConfig) -> None:
         for day in list_folder(root, is_day).names:
             if not any((root / day).iterdir()):
                 (root / day).rmdir()
-
-
-def apply_if_day_ends(cfg: PipelineConfig, pass_id: str) -> RetentionRun:
-    """``apply`` after the last pass of a logical day (the DAG's daily run); else nothing."""
-    if not closes_day(pass_id, cfg.passes.pass_minutes):
-        return RetentionRun(pass_id=pass_id, retention=False)
-    return RetentionRun(pass_id=pass_id, retention=True, counts=apply(cfg).counts())

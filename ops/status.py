@@ -29,11 +29,11 @@ from streamrec.contracts.pass_status import PassStatus, read_status, read_status
 from streamrec.errors import ContractError
 from streamrec.passes import (
     PartitionHold,
+    PassClock,
     complete_passes,
     pass_dir,
     read_holds,
     read_manifest,
-    window_ms,
 )
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
@@ -144,7 +144,7 @@ def _row(
             fields["matured_tasks"] = {
                 n: {"auc": matured.tasks[n].auc, "copc": matured.tasks[n].copc} for n in others
             }
-    end = window_ms(pass_id, cfg.passes.pass_minutes)[1] / 1000
+    end = cfg.passes.clock.window(pass_id)[1] / 1000
     if (gate := status.gate) is not None:
         fields["gate"] = "pass" if gate.passed else "reject"
     if (delivered := status.delivered) is not None:
@@ -193,7 +193,7 @@ def recent_passes(cfg: PipelineConfig, limit: int = 20, now: float | None = None
     best, best_tasks = read_best_auc(cfg.paths.data_root), read_best_task_auc(cfg.paths.data_root)
     rows = [_row(cfg, p, s, best, best_tasks) for p, s in zip(ids, statuses, strict=True)]
     rows = flag_held(rows, holds)
-    return flag_untrained(rows, cfg.passes.pass_minutes, time.time() if now is None else now)
+    return flag_untrained(rows, cfg.passes.clock, time.time() if now is None else now)
 
 
 def flag_held(rows: list[PassRow], holds: list[PartitionHold]) -> list[PassRow]:
@@ -212,13 +212,13 @@ def flag_held(rows: list[PassRow], holds: list[PartitionHold]) -> list[PassRow]:
     return flagged
 
 
-def stale_after_seconds(pass_minutes: int) -> float:
+def stale_after_seconds(clock: PassClock) -> float:
     """How long a complete pass may wait for training before it is stale: two windows. The
     report draws the same bound as the freshness target."""
-    return 2 * pass_minutes * 60
+    return 2 * clock.seconds
 
 
-def flag_untrained(rows: list[PassRow], pass_minutes: int, now: float) -> list[PassRow]:
+def flag_untrained(rows: list[PassRow], clock: PassClock, now: float) -> list[PassRow]:
     """Flag each complete pass that is not trained: ``stale`` once it has waited two windows
     or a newer pass is trained (it was skipped), else ``not trained yet``."""
     newest_trained = max((row.pass_id for row in rows if row.trained), default="")
@@ -226,7 +226,7 @@ def flag_untrained(rows: list[PassRow], pass_minutes: int, now: float) -> list[P
     for row in rows:
         if row.complete and not row.trained:
             waited = now - (row.completed_at or now)
-            stale = row.pass_id < newest_trained or waited > stale_after_seconds(pass_minutes)
+            stale = row.pass_id < newest_trained or waited > stale_after_seconds(clock)
             row = replace(row, flag="NOT TRAINED (stale)" if stale else "not trained yet")
         flagged.append(row)
     return flagged
@@ -256,7 +256,7 @@ def serving_summary(
     }
     if version is not None:
         now = time.time() if now is None else now
-        summary["age_seconds"] = now - window_ms(version, cfg.passes.pass_minutes)[1] / 1000
+        summary["age_seconds"] = now - cfg.passes.clock.window(version)[1] / 1000
     return summary
 
 

@@ -128,9 +128,18 @@ class ModelRegistry:
                 return before, False
             pipe.multi()
             pipe.set(candidate, version)
+            pipe.publish(self._keys.registry_moves(self._model), version)
             return before, True
 
         return self._r.transaction(put, pointer, candidate, withdrawn, value_from_callable=True)
+
+    def moves(self) -> redis.client.PubSub:
+        """A subscription to the moves of the serving pointer and the candidate: each
+        publishes its version, in the transaction that makes it (a reader that missed one
+        reads the pointer anyway: a subscription is a wake-up, not the truth)."""
+        pubsub = self._r.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self._keys.registry_moves(self._model))
+        return pubsub
 
     def withdraw_candidate(self, version: str, reason: str) -> bool:
         """Withdraw the candidate ``version`` for ``reason`` (never proposed or promoted
@@ -192,6 +201,7 @@ class ModelRegistry:
             pipe.hset(versions, version, served.to_json())
             record = Switch(version=version, previous=previous, ts=time.time(), reason=why)
             pipe.lpush(self._keys.registry_history(self._model), record.to_json())
+            pipe.publish(self._keys.registry_moves(self._model), version)
             return previous, True
 
         return self._r.transaction(switch, pointer, withdrawn, candidate, value_from_callable=True)

@@ -272,7 +272,9 @@ class VersionFollower:
         self._metrics = metrics
         self._cfg = cfg
         self._stop = threading.Event()
+        self._moved = threading.Event()  # the registry published a move: read it now
         self._thread = threading.Thread(target=self._run, name="version-follower", daemon=True)
+        self._listener = threading.Thread(target=self._listen, name="registry-moves", daemon=True)
         self._failed: str | None = None
         self._held_for: str | None = None  # the serving version the held one was chosen for
         # the online metrics (ops.online) of the versions answering, as last recorded
@@ -280,11 +282,13 @@ class VersionFollower:
 
     def start(self) -> None:
         self._thread.start()
+        self._listener.start()
 
     def stop(self, timeout_s: float = 10) -> None:
         """Stop following; wait for the thread at most ``timeout_s`` (a daemon: a load
         still running ends with the process)."""
         self._stop.set()
+        self._moved.set()
         self._thread.join(timeout=timeout_s)
 
     def poll_once(self) -> None:
@@ -425,7 +429,21 @@ class VersionFollower:
                 self.note()
             except Exception:  # Redis away: keep serving what is loaded, try again
                 log.exception("reading the serving pointer failed")
-            self._stop.wait(self._cfg.poll_seconds)
+            self._moved.wait(self._cfg.poll_seconds)
+            self._moved.clear()
+
+    def _listen(self) -> None:
+        """Wake the follower at each move the registry publishes, so a new version loads at
+        once rather than at the next poll (on average half ``serving.poll_seconds`` later)."""
+        while not self._stop.is_set():
+            try:
+                moves = self._registry.moves()
+                while not self._stop.is_set():
+                    if moves.get_message(timeout=1.0) is not None:
+                        self._moved.set()
+            except Exception:  # Redis away: the polls go on; subscribe again
+                log.warning("the registry's moves are not heard: polling only", exc_info=True)
+                self._stop.wait(self._cfg.poll_seconds)
 
 
 def _error(code: int, reason: str, detail: str = "") -> JSONResponse:

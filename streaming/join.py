@@ -44,7 +44,7 @@ from streaming.emit_plan import AFTER_WINDOW, AT_ONCE, EmitPlan, JoinedLabel, em
 from streaming.join_spill import LabelEvent, Segment, SpillSettings, SpillStore, segment_of
 from streaming.windows import WindowCutter
 from streamrec.config import ELAPSED_COLUMN, delay_column, kind_column
-from streamrec.passes import RowKind, window_ms
+from streamrec.passes import PassClock, RowKind
 
 IMPRESSIONS = "impressions"
 NEVER = -(2**62)  # before any event time, and below it by any delay still an int64
@@ -98,8 +98,8 @@ class PartitionJoin:
         labels: Sequence[JoinedLabel],
         closed_through: str | None,
         replay_to: dict[str, int],
+        clock: PassClock,
         plan: EmitPlan | None = None,
-        pass_minutes: int = 10,
         cut_consumed: Callable[[str], int | None] | None = None,
         spill: SpillSettings | None = None,
     ) -> None:
@@ -111,7 +111,7 @@ class PartitionJoin:
         self.labels = {label.kind: label for label in labels}
         self.plan = plan or emit_plan(labels, {x.kind: x.column for x in labels})
         self._row_fields = self.plan.row_fields()
-        self._minutes = pass_minutes
+        self._clock = clock
         self.closed_through = closed_through
         self.horizon_ms = self._horizon(closed_through)
         self.replay_to = replay_to  # topic kind -> consumed_to of the newest slice
@@ -123,7 +123,7 @@ class PartitionJoin:
         self._held: dict[str, dict[str, LabelEvent]] = {k: {} for k in self.labels}
         self._unmatched: dict[str, dict[str, LabelEvent]] = {k: {} for k in self.labels}
         self._duplicates: list[tuple[int, str, str]] = []  # heap of (time, event_id, kind)
-        self._windows = WindowCutter(pass_minutes)  # the pass id of a time, cached
+        self._windows = WindowCutter(clock)  # the pass id of a time, cached
         self.counters = JoinCounters()
         # kind -> offsets of the label events whose positives the last cut wrote
         self.used_offsets: dict[str, list[int]] = {}
@@ -142,7 +142,7 @@ class PartitionJoin:
     def _horizon(self, window: str | None) -> int | None:
         if window is None:
             return None
-        return window_ms(window, self._minutes)[1] + self.plan.cut_delay_ms
+        return self._clock.window(window)[1] + self.plan.cut_delay_ms
 
     def _pass_of(self, ms: int) -> str:
         return self._windows.pass_id_of(ms)
@@ -158,7 +158,7 @@ class PartitionJoin:
         delays = [d for d, _ in plan.groups] + ([plan.mature_ms] if plan.delayed else [])
         due = set()
         for window in self.pending:
-            start, end = window_ms(window, self._minutes)
+            start, end = self._clock.window(window)
             for d in delays:
                 due |= {self._pass_of(start + d - cut), self._pass_of(end - 1 + d - cut)}
         if self._duplicates:
@@ -311,7 +311,7 @@ class PartitionJoin:
         ``remove`` they are held no more."""
         pieces = []
         for window in sorted(self.pending):
-            w_start, w_end = window_ms(window, self._minutes)
+            w_start, w_end = self._clock.window(window)
             if w_end <= start_ms or w_start >= end_ms:
                 continue
             table = self._load(window)

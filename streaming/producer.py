@@ -44,7 +44,6 @@ from streamrec.config import (
     load_config,
 )
 from streamrec.entry import run_command
-from streamrec.passes import compose_pass_id, next_pass_id, window_ms
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +106,15 @@ def synthetic_passes(
     the last window long enough for the watermark (and the label window) to close it."""
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic)
     n = cfg.synthetic.events_per_pass
-    pass_id = first_pass_id
+    clock = cfg.passes.clock
+    pass_id = clock.id_at(clock.window(first_pass_id)[0])  # as the clock spells it
     for index in range(passes):
         if index in cfg.synthetic.drift_at_pass:
             stream.drift()
-        start, end = window_ms(pass_id, cfg.passes.pass_minutes)
+        start, end = clock.window(pass_id)
         yield pass_id, stream.batch(start, end, n)
-        pass_id = next_pass_id(pass_id, cfg.passes.pass_minutes)
-    start, _ = window_ms(pass_id, cfg.passes.pass_minutes)
+        pass_id = clock.next(pass_id)
+    start, _ = clock.window(pass_id)
     label_wait = cfg.label_wait_seconds
     tail_end = start + 2 * (cfg.passes.allowed_lateness_seconds + label_wait + 1) * 1000
     yield pass_id, stream.batch(start, tail_end, max(n // 20, 10))
@@ -228,7 +228,7 @@ def produce_live(
     deliveries = Deliveries()
     later: list[tuple[int, int, str, dict[str, Any]]] = []  # (time, seq, topic, event) heap
     windows: dict[str, list[SyntheticBatch]] = {}
-    label_ms = cfg.label_wait_seconds * 1000
+    label_ms, clock = cfg.label_wait_seconds * 1000, cfg.passes.clock
     time_key = {x.topic: x.time_key for x in cfg.topic_labels}
     arrivals = np.random.default_rng(cfg.synthetic.seed + 2)  # Poisson arrivals per tick
     sent = seq = 0
@@ -237,16 +237,13 @@ def produce_live(
     try:
         while not stop.wait(tick_s):
             # never straddle a window: each batch belongs to one pass (for its best AUC)
-            boundary = window_ms(
-                compose_pass_id(last_ms, cfg.passes.pass_minutes), cfg.passes.pass_minutes
-            )[1]
+            window = clock.id_at(last_ms)
+            boundary = clock.window(window)[1]
             now_ms = min(int(time.time() * 1000), boundary)
             n = int(arrivals.poisson(rate * (now_ms - last_ms) / 1000))
             if n:
                 batch = stream.batch(last_ms, now_ms, n)
-                windows.setdefault(compose_pass_id(last_ms, cfg.passes.pass_minutes), []).append(
-                    batch
-                )
+                windows.setdefault(window, []).append(batch)
                 for topic, event in messages_for(cfg, batch):
                     if topic == cfg.kafka.impressions_topic:
                         _send(producer, topic, event, deliveries)
@@ -255,16 +252,13 @@ def produce_live(
                         heapq.heappush(later, (event[time_key[topic]], seq, topic, event))
                 sent += n
                 if sent_times is not None:
-                    window = compose_pass_id(last_ms, cfg.passes.pass_minutes)
                     times = np.fromiter((e["event_time"] for e in batch.events), np.int64, n)
                     sent_times.setdefault(window, []).append(times)
             while later and later[0][0] <= now_ms:
                 _, _, topic, event = heapq.heappop(later)
                 _send(producer, topic, event, deliveries)
             last_ms = now_ms
-            closed = [
-                p for p in windows if window_ms(p, cfg.passes.pass_minutes)[1] + label_ms < now_ms
-            ]
+            closed = [p for p in windows if clock.window(p)[1] + label_ms < now_ms]
             if closed:
                 ended = {p: _concat(windows.pop(p)) for p in closed}
                 record_best_auc(
@@ -403,8 +397,8 @@ def _produce(
     if args.file and args.format == "jsonl":
         messages = ((topic, raw) for raw in _jsonl(args.file))
     elif args.file:
-        start, _ = window_ms(args.start, cfg.passes.pass_minutes)
-        spacing = cfg.passes.pass_minutes * 60_000 / cfg.synthetic.events_per_pass
+        start, _ = cfg.passes.clock.window(args.start)
+        spacing = cfg.passes.clock.width_ms / cfg.synthetic.events_per_pass
         lines = _text_lines(args.file)
         messages = ((topic, e) for e in criteo_events(lines, cfg.feature_schema, start, spacing))
     else:

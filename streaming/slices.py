@@ -34,6 +34,7 @@ from streamrec.passes import (
     SUCCESS_NAME,
     EventCounts,
     PartInfo,
+    PassClock,
     PassManifest,
     SliceManifest,
     by_day,
@@ -42,14 +43,12 @@ from streamrec.passes import (
     is_pass_id,
     latest_slice_index,
     manifest_json,
-    next_pass_id,
     pass_dir,
     pass_listing,
     read_manifest,
     read_slice,
     slice_dir,
     slices_root,
-    window_ms,
 )
 
 log = logging.getLogger(__name__)
@@ -132,7 +131,7 @@ def write_slice(
     return manifest
 
 
-def latest_slice(data_root: Path, partition: int, pass_minutes: int) -> SliceManifest | None:
+def latest_slice(data_root: Path, partition: int, clock: PassClock) -> SliceManifest | None:
     """The newest slice of ``partition``: from the index file, then forward while newer
     slices exist (a crash can leave the index one behind); a full scan without an index."""
     index = latest_slice_index(data_root, partition)
@@ -146,8 +145,8 @@ def latest_slice(data_root: Path, partition: int, pass_minutes: int) -> SliceMan
         newest = max(found, default=None)
     if newest is None:
         return None
-    while is_complete(slice_dir(data_root, next_pass_id(newest, pass_minutes), partition)):
-        newest = next_pass_id(newest, pass_minutes)
+    while is_complete(slice_dir(data_root, clock.next(newest), partition)):
+        newest = clock.next(newest)
     return read_slice(slice_dir(data_root, newest, partition))
 
 
@@ -196,7 +195,7 @@ def _link(src: Path, dst: Path) -> None:
 
 
 def assemble_pass(
-    data_root: Path, pass_id: str, partitions: int, schema_version: int, pass_minutes: int
+    data_root: Path, pass_id: str, partitions: int, schema_version: int, clock: PassClock
 ) -> PassManifest | None:
     """Build the pass directory once every partition has its slice of the window, or has
     cut past it without one; None until then.
@@ -215,7 +214,7 @@ def assemble_pass(
         if is_complete(directory):
             dirs.append(directory)
             continue
-        newest = latest_slice(data_root, partition, pass_minutes)
+        newest = latest_slice(data_root, partition, clock)
         if newest is None or newest.pass_id <= pass_id:
             return None
     slices = [read_slice(d) for d in dirs]
@@ -230,7 +229,7 @@ def assemble_pass(
             name = f"p{s.partition}-{part.file}"
             _link(d / part.file, tmp / name)
             matured.append(part.model_copy(update={"file": name}))
-    start, end = window_ms(pass_id, pass_minutes)
+    start, end = clock.window(pass_id)
     by_topic: dict[str, dict[str, Any]] = {"offsets": {}, "resume_offsets": {}, "consumed_to": {}}
     for s in slices:
         for key in by_topic:

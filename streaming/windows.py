@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamrec.passes import compose_pass_id, next_pass_id, window_ms
+from streamrec.passes import PassClock
 
 
 def watermark_ms(
@@ -46,7 +46,7 @@ def watermark_ms(
 class WindowCutter:
     """Which pass window an event time falls in, and which windows a watermark completes."""
 
-    pass_minutes: int
+    clock: PassClock
     label_delay_ms: int = 0  # click_join: a window waits for its label window too
     max_gap_passes: int = 1_000_000
     _ids: dict[int, str] = field(default_factory=dict, repr=False)  # window number -> id
@@ -54,14 +54,14 @@ class WindowCutter:
     @property
     def width_ms(self) -> int:
         """One window's length in milliseconds."""
-        return self.pass_minutes * 60_000
+        return self.clock.width_ms
 
     def pass_id_of(self, event_ms: int) -> str:
         """The id of the window holding ``event_ms`` (epoch ms, UTC)."""
         number = event_ms // self.width_ms
         pass_id = self._ids.get(number)
         if pass_id is None:
-            pass_id = self._ids[number] = compose_pass_id(number * self.width_ms, self.pass_minutes)
+            pass_id = self._ids[number] = self.clock.id_at(number * self.width_ms)
         return pass_id
 
     def pass_ids_of(self, times: np.ndarray) -> list[str]:
@@ -72,7 +72,7 @@ class WindowCutter:
 
     def is_complete(self, window: str, watermark: int) -> bool:
         """True once ``window`` (and its label window) ends at or below ``watermark``."""
-        return window_ms(window, self.pass_minutes)[1] + self.label_delay_ms <= watermark
+        return self.clock.window(window)[1] + self.label_delay_ms <= watermark
 
     def to_cut(
         self, candidates: Collection[str], closed_through: str | None, watermark: int
@@ -86,16 +86,12 @@ class WindowCutter:
         if not complete:
             return []
         newest = max(complete)
-        window = (
-            min(ready)
-            if closed_through is None
-            else next_pass_id(closed_through, self.pass_minutes)
-        )
+        window = min(ready) if closed_through is None else self.clock.next(closed_through)
         cut = []
         while window <= newest:
             window = self._over_long_gap(window, ready)
             cut.append(window)
-            window = next_pass_id(window, self.pass_minutes)
+            window = self.clock.next(window)
         return cut
 
     def _over_long_gap(self, window: str, ready: Collection[str]) -> str:
@@ -104,6 +100,6 @@ class WindowCutter:
         if window in ready:
             return window
         following = min(w for w in ready if w > window)
-        start = window_ms(window, self.pass_minutes)[0]
-        gap = (window_ms(following, self.pass_minutes)[0] - start) // self.width_ms
+        start = self.clock.window(window)[0]
+        gap = (self.clock.window(following)[0] - start) // self.width_ms
         return following if gap > self.max_gap_passes else window

@@ -2,8 +2,8 @@
 
 Grammar::
 
-    pass_id   = YYYYMMDDHHMM             UTC start of the event-time window
-    window    = [start, start + pass_minutes)
+    pass_id   = YYYYMMDDHHMM[SS]         UTC start of the event-time window (PassClock)
+    window    = [start, start + passes.pass_seconds)
     pass dir  = <data_root>/passes/<YYYYMMDD>/<pass_id>/
                   part-00000.parquet ...  the rows, split into parts
                   matured-00000.parquet   impressions with their final labels, when a
@@ -31,7 +31,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -46,26 +47,74 @@ MANIFEST_VERSION = 1
 MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 SLICE_MANIFEST_NAME = "_slice.json"
-_ID_FORMAT = "%Y%m%d%H%M"
-_PASS_KEYED = re.compile(r"(?P<pass_id>\d{12})-[A-Za-z0-9_]+")
+_ID_FORMATS = {12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}  # by length: minutes, seconds
+DAY_SECONDS = 86_400
+_PASS_KEYED = re.compile(r"(?P<pass_id>\d{12}(?:\d{2})?)-[A-Za-z0-9_]+")
 M = TypeVar("M", bound=BaseModel)
 
 
-def compose_pass_id(event_time_ms: int, pass_minutes: int) -> str:
-    """The id of the pass whose window holds ``event_time_ms`` (epoch milliseconds, UTC)."""
-    width = pass_minutes * 60_000
-    start = (event_time_ms // width) * width
-    return datetime.fromtimestamp(start / 1000, tz=UTC).strftime(_ID_FORMAT)
-
-
 def parse_pass_id(pass_id: str) -> datetime:
-    """The UTC window start of ``pass_id``; ContractError when it is not YYYYMMDDHHMM."""
+    """The UTC window start of ``pass_id``; ContractError when it is neither
+    ``YYYYMMDDHHMM`` nor ``YYYYMMDDHHMMSS``."""
     try:
-        if len(pass_id) != 12:
+        if len(pass_id) not in _ID_FORMATS or not pass_id.isdigit():
             raise ValueError
-        return datetime.strptime(pass_id, _ID_FORMAT).replace(tzinfo=UTC)
+        return datetime.strptime(pass_id, _ID_FORMATS[len(pass_id)]).replace(tzinfo=UTC)
     except ValueError:
-        raise ContractError(f"pass id {pass_id!r} is not YYYYMMDDHHMM") from None
+        raise ContractError(f"pass id {pass_id!r} is not YYYYMMDDHHMM or YYYYMMDDHHMMSS") from None
+
+
+@dataclass(frozen=True)
+class PassClock:
+    """The pass windows of a pipeline: ``seconds`` long, from midnight UTC, so every day
+    ends on a window's end. Built once from config (``PassConfig.clock``); it names a
+    window (its id), bounds it, steps to the next and says where a day ends.
+
+    A window's id is its UTC start, ``YYYYMMDDHHMM`` when windows are whole minutes and
+    ``YYYYMMDDHHMMSS`` when they are shorter. Ids of either length sort by their start (a
+    minute's id is a prefix of its first second's), so a pipeline whose windows shrink keeps
+    its history in order."""
+
+    seconds: int
+
+    def __post_init__(self) -> None:
+        if self.seconds <= 0 or DAY_SECONDS % self.seconds:
+            raise ValueError(f"a pass of {self.seconds} s does not divide a day")
+
+    @property
+    def width_ms(self) -> int:
+        return self.seconds * 1000
+
+    @property
+    def _format(self) -> str:
+        return _ID_FORMATS[12 if self.seconds % 60 == 0 else 14]
+
+    def id_at(self, event_time_ms: int) -> str:
+        """The id of the window that holds ``event_time_ms`` (epoch milliseconds, UTC)."""
+        start = (event_time_ms // self.width_ms) * self.width_ms
+        return datetime.fromtimestamp(start / 1000, tz=UTC).strftime(self._format)
+
+    def id_of(self, moment: datetime) -> str:
+        """The id of the window that holds ``moment`` (an aware datetime: an Airflow data
+        interval's start is its window's)."""
+        return self.id_at(int(moment.timestamp() * 1000))
+
+    def window(self, pass_id: str) -> tuple[int, int]:
+        """``[start, end)`` of the pass's window in epoch milliseconds."""
+        start = int(parse_pass_id(pass_id).timestamp() * 1000)
+        return start, start + self.width_ms
+
+    def next(self, pass_id: str) -> str:
+        """The id of the window right after ``pass_id``'s."""
+        return self.id_at(self.window(pass_id)[1])
+
+    def closes_day(self, pass_id: str) -> bool:
+        """True for the last pass of a logical (UTC) day: the daily maintenance runs after it."""
+        return day_of(self.next(pass_id)) != day_of(pass_id)
+
+    def floor(self, moment: datetime) -> datetime:
+        """The start of the window holding ``moment``, in UTC."""
+        return parse_pass_id(self.id_of(moment))
 
 
 def is_pass_id(name: str) -> bool:
@@ -98,33 +147,6 @@ def by_day(root: Path, accepts: Callable[[str], bool]) -> Listing:
         for day in days.names
     ]
     return Listing.joined([Listing((), days.leftovers), *within])
-
-
-def pass_id_at(start: datetime) -> str:
-    """The pass id of a window starting at ``start`` (e.g. an Airflow data interval start)."""
-    return start.astimezone(UTC).strftime(_ID_FORMAT)
-
-
-def window_ms(pass_id: str, pass_minutes: int) -> tuple[int, int]:
-    """``[start, end)`` of the pass window in epoch milliseconds."""
-    start = int(parse_pass_id(pass_id).timestamp() * 1000)
-    return start, start + pass_minutes * 60_000
-
-
-def next_pass_id(pass_id: str, pass_minutes: int) -> str:
-    """The id of the window right after ``pass_id``."""
-    return pass_id_at(parse_pass_id(pass_id) + timedelta(minutes=pass_minutes))
-
-
-def closes_day(pass_id: str, pass_minutes: int) -> bool:
-    """True for the last pass of a logical (UTC) day: the daily maintenance runs after it."""
-    return day_of(next_pass_id(pass_id, pass_minutes)) != day_of(pass_id)
-
-
-def window_floor(moment: datetime, pass_minutes: int) -> datetime:
-    """The start of the pass window holding ``moment`` (an aware datetime), in UTC."""
-    ms = int(moment.timestamp() * 1000)
-    return parse_pass_id(compose_pass_id(ms, pass_minutes))
 
 
 def pass_dir(data_root: Path, pass_id: str) -> Path:

@@ -137,6 +137,10 @@ class RedisKeys:
     def registry_history(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:history"
 
+    def registry_moves(self, model: str) -> str:
+        """The channel each move of the serving pointer or the candidate is published on."""
+        return f"{self.prefix}:registry:{model}:moves"
+
     def registry_candidate(self, model: str) -> str:
         return f"{self.prefix}:registry:{model}:candidate"
 

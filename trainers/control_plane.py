@@ -36,7 +36,6 @@ from streamrec.contracts.training import (
     TrainResult,
 )
 from streamrec.errors import ContractError
-from streamrec.passes import closes_day
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import ACK_FIELD, RESULT_FIELD, RedisKeys, worker_results
 from streamrec.waiting import poll_until
@@ -174,12 +173,6 @@ class ClusterClient:
     def maintain(self, pass_id: str) -> MaintainReply:
         """The daily shrink and mode-3 save after ``pass_id``, the last pass of its day."""
         return MaintainReply.from_wire(self.run("maintain", pass_id), f"maintain {pass_id}")
-
-    def maintain_if_day_ends(self, pass_id: str, pass_minutes: int) -> MaintainReply:
-        """``maintain`` when ``pass_id`` closes its logical day; otherwise nothing to do."""
-        if not closes_day(pass_id, pass_minutes):
-            return MaintainReply(pass_id=pass_id, maintenance=False)
-        return self.maintain(pass_id)
 
     def export(self, pass_id: str) -> ExportReply:
         """Write the raw inference export after ``pass_id``."""

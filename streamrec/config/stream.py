@@ -8,10 +8,16 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from streamrec.config.base import RESERVED_COLUMNS, _Strict, delay_column, kind_column
+from streamrec.passes import DAY_SECONDS, PassClock
+
+MIN_PASS_SECONDS = 10  # below it a pass's fixed cost (reads, save, export) outgrows it
 
 
 class PassConfig(_Strict):
-    pass_minutes: int = Field(description="Length of one event-time pass window, in minutes.")
+    pass_seconds: int = Field(
+        description="Length of one event-time pass window, in seconds: 10, 12, 15, 20 or 30, "
+        "or whole minutes that divide a day (60, 300, 600, 3600...)."
+    )
     allowed_lateness_seconds: int = Field(
         60, ge=0, description="A window closes once the watermark is this far past its end."
     )
@@ -50,12 +56,20 @@ class PassConfig(_Strict):
         "waiting row in memory.",
     )
 
-    @field_validator("pass_minutes")
+    @field_validator("pass_seconds")
     @classmethod
     def _divides_a_day(cls, v: int) -> int:
-        if v <= 0 or 1440 % v:
-            raise ValueError("pass_minutes must be a positive divisor of 1440 (e.g. 5, 10, 60)")
+        if v <= 0 or (60 % v if v < 60 else v % 60 or DAY_SECONDS % v) or v < MIN_PASS_SECONDS:
+            raise ValueError(
+                "passes.pass_seconds must be 10, 12, 15, 20 or 30, or whole minutes that "
+                "divide a day (60, 300, 600, 3600...)"
+            )
         return v
+
+    @property
+    def clock(self) -> PassClock:
+        """The pass windows these settings cut."""
+        return PassClock(self.pass_seconds)
 
 
 class InterestConfig(_Strict):

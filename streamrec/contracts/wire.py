@@ -7,6 +7,10 @@ does, where pydantic's own JSON would write ``null`` and then refuse it as a flo
 ``to_wire`` writes each non-finite float as the string ``json`` would (``"NaN"``,
 ``"Infinity"``), because Airflow's API server takes strict JSON only (an AUC not yet
 measured failed every XCom push), and pydantic reads the string back as the float.
+Inside another model's pydantic JSON (an artifact's manifest holds the gate decision) a
+contract writes them as JSON's constants (``NaN``), which pydantic reads back: with its
+default, ``null``, a version whose gate passed before any pass had matured (AUC NaN) was
+published with a manifest nothing could read.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from streamrec.errors import ContractError, broken_fields
 class Contract(BaseModel):
     """A value that crosses a process or a stage."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
     def to_wire(self) -> dict[str, Any]:
         """As strict JSON-ready data (Airflow's XCom, a reply): non-finite floats as strings."""

@@ -1,11 +1,14 @@
-"""The real Airflow scheduler trains a live stream, pass by pass (no ``dag.test()``).
+"""The real Airflow scheduler watches a cluster that follows a live stream of 15-second
+passes (no ``dag.test()``).
 
-``LiveStack`` is the live mode (``streamrec demo --live``): a live synthetic stream of
-1-minute passes, the pass builder, a fleetrun cluster (1 server + 2 workers) and Airflow's
-own ``api-server``, ``scheduler`` and ``dag-processor`` processes (LocalExecutor). The DAG is
-unpaused before the stream begins, from a schedule start before it, as a new user's would be.
-The tests read what the scheduler's runs left behind; the operator CLI is run as a user runs
-it, as a subprocess.
+``LiveStack`` is the live mode (``streamrec demo --live``): a live synthetic stream, the
+pass builder, a fleetrun cluster (1 server + 2 workers) whose pass follower
+(``cluster.follow_passes``) trains, judges and delivers each pass the moment it is
+complete, and Airflow's own ``api-server``, ``scheduler`` and ``dag-processor`` processes
+(LocalExecutor), whose DAG runs watch each pass. The DAG is unpaused before the stream
+begins, from a schedule start before it, as a new user's would be. The tests run it for
+five minutes of 15-second passes and read what the cluster and the scheduler's runs left
+behind; the operator CLI is run as a user runs it, as a subprocess.
 """
 
 from __future__ import annotations
@@ -29,21 +32,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from serve_process import Service
 
 from demo.live import LiveStack
-from ops.catchup import caught_up_by
 from ops.report import X_LABEL, plots
-from ops.status import PassRow, stale_after_seconds
+from ops.status import PassRow, pass_finished, stale_after_seconds
 from serving_export.delivery import registry_for
 from streamrec.config import derived
-from streamrec.passes import complete_passes, next_pass_id, pass_dir, pass_id_at
+from streamrec.passes import complete_passes, pass_dir
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
-from trainers.checkpoints import list_checkpoints
 from trainers.control_plane import ClusterClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
-FIRST_RUN_PASSES = 3  # three in order show the order; each more is a minute of the suite
+PASS_SECONDS = 15
+RUN_SECONDS = 300  # five minutes of passes
 OUTAGE_WINDOWS = 2
 GATE_METRIC = "streamrec_serving_gate_auc"
 CLICK_WINDOW_S = 20  # the live stream's clicks come 3 s after their impression on average
@@ -73,23 +75,15 @@ def _train_commands(stack: LiveStack) -> dict[str, list[dict[str, Any]]]:
 
 
 def _trained_in_order(stack: LiveStack) -> list[str]:
-    """Passes whose train command is done, in the order the cluster trained them (the
-    checkpoint sequence; a checkpoint is published just before its command is done)."""
-    done = _train_commands(stack)
-    return [
-        c.pass_id for c in list_checkpoints(stack.cfg.paths.checkpoint_root) if c.pass_id in done
-    ]
+    """Passes whose train command is done, in the order the cluster began training them
+    (retention has removed the checkpoints of the oldest)."""
+    starts = _starts(stack)
+    return sorted(starts, key=starts.get)
 
 
-def _sensor_skipped(stack: LiveStack) -> set[str]:
-    """Pass ids of the DAG runs whose sensor skipped the run."""
-    dag = "dags/streamrec_pass/dagRuns"
-    runs = {r["dag_run_id"]: r for r in stack.airflow.api(f"{dag}?limit=1000")["dag_runs"]}
-    skipped = stack.airflow.api(f"{dag}/~/taskInstances?task_id=wait_pass&state=skipped&limit=1000")
-    return {
-        pass_id_at(datetime.fromisoformat(runs[ti["dag_run_id"]]["data_interval_start"]))
-        for ti in skipped["task_instances"]
-    }
+def _starts(stack: LiveStack) -> dict[str, float]:
+    """When the cluster began training each pass it trained."""
+    return {p: results[0]["started_at"] for p, results in _train_commands(stack).items()}
 
 
 def _status(stack: LiveStack, limit: int = 20) -> tuple[int, list[PassRow], dict[str, Any]]:
@@ -134,37 +128,109 @@ def live(make_config) -> Iterator[LiveStack]:
     fs = cfg.feature_schema.model_dump(mode="json")
     cfg = derived(
         cfg,
-        "the click written at once",
+        "the click written at once, the cluster following the passes",
         join={"mode": "label_in_impression"},
         schema={**fs, "labels": [click]},
+        cluster={"follow_passes": True},
     )
-    with LiveStack(cfg, rate=300) as stack:
+    with LiveStack(cfg, rate=300, pass_seconds=PASS_SECONDS) as stack:
         yield stack
 
 
-def test_every_pass_is_trained_once_in_order_and_the_last_delivered(live: LiveStack) -> None:
-    """From a schedule start before the stream: the windows before it are skipped, then
-    every complete pass is trained exactly once, in order, and the last one serves."""
-    started = pass_id_at(live.cfg.schedule.start)
-    trained = _wait(
-        lambda: (t := _trained_in_order(live))[FIRST_RUN_PASSES - 1 :] and t,
-        600,
-        f"{FIRST_RUN_PASSES} passes trained by the scheduler",
-    )
-    first = trained[:FIRST_RUN_PASSES]
-    assert trained == sorted(trained), "passes were trained out of order"
-    complete = complete_passes(live.cfg.paths.data_root)
-    assert complete[0] >= started  # the stream began after the schedule's start
-    # no complete pass between the first and the last trained one was left out
-    assert [p for p in complete if p <= first[-1]] == first
-    commands = _train_commands(live)
-    assert all(len(commands[p]) == 1 for p in first), {p: len(commands[p]) for p in first}
-    starts = [commands[p][0]["started_at"] for p in first]
-    assert starts == sorted(starts)
-    last = first[-1]
+def _runs(stack: LiveStack) -> dict[str, dict[str, Any]]:
+    """The DAG's runs by pass id, each with its task instances by task id."""
+    dag = "dags/streamrec_pass/dagRuns"
+    clock = stack.cfg.passes.clock
+    runs = {}
+    for run in stack.airflow.api(f"{dag}?limit=1000")["dag_runs"]:
+        pass_id = clock.id_of(datetime.fromisoformat(run["data_interval_start"]))
+        runs[run["dag_run_id"]] = {**run, "pass_id": pass_id, "tasks": {}}
+    instances = stack.airflow.api(f"{dag}/~/taskInstances?limit=10000")["task_instances"]
+    for ti in instances:
+        if ti["dag_run_id"] in runs:
+            runs[ti["dag_run_id"]]["tasks"][ti["task_id"]] = ti
+    return {run["pass_id"]: run for run in runs.values()}
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def test_fifteen_second_passes_are_trained_once_in_order_while_the_scheduler_watches(
+    live: LiveStack,
+) -> None:
+    """Five minutes of 15-second passes, the scheduler stopped for two windows a minute
+    in: the cluster trains every complete pass once, in order, and finishes each (delivered,
+    rejected or superseded) without waiting for Airflow; every pass's DAG run watches it to
+    the end, the runs the outage held back once the scheduler is back; `streamrec status`
+    counts a pass writer's leftover and trains nothing from it."""
+    clock, data = live.cfg.passes.clock, live.cfg.paths.data_root
+    first = _wait(lambda: _trained_in_order(live), 180, "a first pass trained")[0]
+    _wait(lambda: len(_trained_in_order(live)) >= 4, 120, "four passes trained")
+    live.airflow.stop("scheduler")
+    stopped_at = time.time()
+    leftover = killed_writer(pass_dir(data, clock.next(_trained_in_order(live)[-1])), "_SUCCESS")
+    try:
+        _wait(
+            lambda: len([p for p, s in _starts(live).items() if s > stopped_at]) >= OUTAGE_WINDOWS,
+            OUTAGE_WINDOWS * PASS_SECONDS + 60,
+            f"{OUTAGE_WINDOWS} passes trained while the scheduler is down",
+        )
+    finally:
+        live.airflow.start("scheduler")
+    restarted_at = time.time()
+    end = clock.window(first)[0] / 1000 + RUN_SECONDS
+    time.sleep(max(0.0, end - time.time()))
+    last = clock.id_at(int(end * 1000) - clock.width_ms)  # the last window wholly in the run
     registry = registry_for(live.cfg)
-    _wait(lambda: (registry.serving_version() or "") >= last, 180, f"pass {last} delivered")
-    assert last in registry.versions()  # delivered (a newer pass may serve by now)
+    client = ClusterClient.from_config(live.cfg)
+
+    def finished() -> list[str] | None:
+        ids = [p for p in complete_passes(data) if first <= p <= last]
+        serving = registry.serving_version()
+        done = all(pass_finished(client.pass_status(p), serving) for p in ids)
+        return ids if ids and ids[-1] == last and done else None
+
+    passes = _wait(finished, 120, f"every pass through {last} finished")
+    trained = _trained_in_order(live)
+    assert [p for p in trained if p <= last] == passes  # once each, in order, none left out
+    commands = _train_commands(live)
+    assert all(len(commands[p]) == 1 for p in passes), {p: len(commands[p]) for p in passes}
+    during = [p for p in passes if stopped_at < commands[p][0]["started_at"] < restarted_at]
+    assert len(during) >= OUTAGE_WINDOWS  # the cluster did not wait for the scheduler
+    assert _leftovers(live).get(str(leftover)) is True
+    # every pass's run watched it to the end; the outage's runs after the restart
+    runs = _wait(
+        lambda: (
+            (r := _runs(live)) and all(r.get(p, {}).get("state") == "success" for p in passes) and r
+        ),
+        120,
+        "the DAG runs of every pass succeeded",
+    )
+    for p in passes:
+        watch = runs[p]["tasks"]["watch_pass"]
+        assert watch["state"] == "success", (p, watch["state"])
+        delivered = client.pass_status(p).delivered is not None
+        assert runs[p]["tasks"]["delivered"]["state"] == ("success" if delivered else "skipped")
+    assert all(_epoch(runs[p]["tasks"]["watch_pass"]["end_date"]) > restarted_at for p in during)
+    # what watching costs: from the pass finished (its training's end, or its delivery) to
+    # its run's end, for the runs the outage did not hold back
+    lags = sorted(
+        _epoch(runs[p]["end_date"]) - clock.window(p)[1] / 1000
+        for p in passes
+        if p not in during and _epoch(runs[p]["start_date"]) > restarted_at + 2 * PASS_SECONDS
+    )
+    freshness = sorted(
+        s.delivered.at - clock.window(p)[1] / 1000
+        for p in passes
+        if (s := client.pass_status(p)).delivered is not None
+    )
+    print(
+        f"{len(passes)} passes of {PASS_SECONDS} s; window end to served p50 "
+        f"{freshness[len(freshness) // 2]:.1f} s; window end to its DAG run's end p50 "
+        f"{lags[len(lags) // 2]:.1f} s, max {lags[-1]:.1f} s ({len(lags)} runs)"
+    )
+    assert lags[-1] < 4 * PASS_SECONDS  # the scheduler keeps up with 15 s windows
 
 
 def _gate_aucs(service: Service) -> dict[tuple[str, str], float]:
@@ -228,87 +294,6 @@ def test_the_gate_judges_the_newest_matured_pass_and_serve_shows_both(
     assert shown == {(version, "matured"): gate.auc, (version, "fresh"): gate.fresh_auc}
 
 
-def test_stopped_scheduler_leaves_passes_flagged_then_catches_up_in_order(
-    live: LiveStack,
-) -> None:
-    """The scheduler is stopped for two windows: `streamrec status` flags the passes that
-    completed meanwhile as not trained; after a restart they are trained, once, in order,
-    the backlog by the run that finds it (``ops/catchup.py``), whose later runs skip."""
-    before = _wait(lambda: _trained_in_order(live), 60, "a trained pass")
-    live.airflow.stop("scheduler")
-    stopped_at = time.time()
-    # a pass writer killed after the donefile, before the rename: the DAG and status skip it
-    data = live.cfg.paths.data_root
-    nxt = next_pass_id(before[-1], live.cfg.passes.pass_minutes)
-    leftover = killed_writer(pass_dir(data, nxt), "_manifest.json", "_SUCCESS")
-    try:
-        missed = _wait(
-            lambda: (
-                (m := [p for p in complete_passes(live.cfg.paths.data_root) if p > before[-1]])[
-                    OUTAGE_WINDOWS - 1 :
-                ]
-                and m
-            ),
-            OUTAGE_WINDOWS * 60 + 120,
-            f"{OUTAGE_WINDOWS} passes completing while the scheduler is down",
-        )
-        code, rows, _ = _status(live)
-        by_pass = {row.pass_id: row for row in rows}
-        untrained = [p for p in missed if not by_pass[p].trained]
-        assert len(untrained) >= OUTAGE_WINDOWS - 1, [by_pass[p].flag for p in missed]
-        assert all(by_pass[p].flag for p in untrained)
-        assert code == (5 if any("stale" in by_pass[p].flag for p in untrained) else 0)
-        assert by_pass[before[-1]].trained and by_pass[before[-1]].auc is not None
-    finally:
-        live.airflow.start("scheduler")
-    restarted_at = time.time()
-    caught_up = _wait(
-        lambda: t if set(missed) <= set(t := _trained_in_order(live)) else None,
-        OUTAGE_WINDOWS * 120 + 300,
-        f"the missed passes {missed} trained after the restart",
-    )
-    assert caught_up == sorted(caught_up)
-    complete = complete_passes(live.cfg.paths.data_root)
-    assert [p for p in complete if before[0] <= p <= missed[-1]] == [
-        p for p in caught_up if p <= missed[-1]
-    ]
-    commands = _train_commands(live)
-    assert all(len(commands[p]) == 1 for p in caught_up)
-    for p in untrained:
-        assert commands[p][0]["started_at"] > restarted_at > stopped_at
-    # behind by two windows or more, a run trains the complete passes after its own (each
-    # judged by the gate) and the runs of those skip at their sensor
-    caught = {p: by for p in missed if (by := caught_up_by(live.cfg, p)) is not None}
-    assert caught, f"no run caught up any of {missed}"
-    assert all(by.by_run_of < p for p, by in caught.items())
-    client = ClusterClient.from_config(live.cfg)
-    # the gate decision is stored just after the train command is done
-    _wait(
-        lambda: all(client.pass_status(p).gate is not None for p in caught),
-        120,
-        f"the gate decisions of {sorted(caught)}",
-    )
-    _wait(lambda: set(caught) <= _sensor_skipped(live), 300, f"the runs of {set(caught)} skipped")
-    # `streamrec status` names the run that caught each up, and the leftover it skipped
-    rows = {row.pass_id: row for row in _status(live, limit=1000)[1]}
-    assert _leftovers(live).get(str(leftover)) is True  # live writers' may be there too
-    assert {p: rows[p].caught_up_by for p in caught} == {
-        p: by.by_run_of for p, by in caught.items()
-    }
-    # a catch-up delivers only the newest pass it trained; the others, and the run's own
-    # pass unless it was delivered before the backlog came, are marked superseded by that
-    # one (what ops.status.pass_finished reads)
-    for run in {by.by_run_of for by in caught.values()}:
-        mine = sorted(p for p, row in rows.items() if row.caught_up_by == run)
-        newest = mine[-1]
-        for p in [run, *mine[:-1]]:
-            status = client.pass_status(p)
-            assert (p == run and status.delivered is not None) or (
-                status.superseded is not None and status.superseded.by == newest
-            )
-        assert client.pass_status(newest).superseded is None
-
-
 def _drawn(page: str, series: str) -> list[str]:
     """The pass of each point of ``series`` on the page, from its hover title."""
     label = html.escape(series)
@@ -353,7 +338,7 @@ def test_report_has_a_point_per_pass(live: LiveStack, tmp_path: Path) -> None:
     # the written file as an operator opens it: every plot drawn with its axes, no error
     shown = open_page(out, screenshot=tmp_path / "report.png")
     assert shown.errors == []
-    target = stale_after_seconds(live.cfg.passes.pass_minutes)
+    target = stale_after_seconds(live.cfg.passes.clock)
     titles = [p.title for p in plots(target, matured=True)]
     drawn = [c.label for c in shown.charts]
     assert drawn == [t for t in titles if t in drawn]  # in page order

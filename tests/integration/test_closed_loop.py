@@ -51,7 +51,7 @@ from streaming.producer import (
 )
 from streaming.synthetic import SyntheticBatch, SyntheticStream
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.passes import compose_pass_id, pass_dir, read_manifest, window_ms
+from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 from trainers.metrics import exact_auc
 
@@ -170,8 +170,9 @@ def _serve_round(cfg: PipelineConfig, config: Path, service: Service, name: str)
         for r in served
         if truth[r["event_id"]]
     ]
-    windows = sorted({compose_pass_id(r["event_time"], 1) for r in served})
-    closed_at = window_ms(windows[-1], 1)[1] + 12_000  # past lateness and the label window
+    clock = cfg.passes.clock
+    windows = sorted({clock.id_at(r["event_time"]) for r in served})
+    closed_at = clock.window(windows[-1])[1] + 12_000  # past lateness and the label window
     tick = {"event_id": f"{name}-tick", "event_time": closed_at, "sparse": {}}
     producer = make_producer(cfg.kafka)
     send_messages(producer, [*clicks, (topic, tick)])
@@ -195,7 +196,8 @@ def _config_for(
     cfg = make_config(
         join={"mode": "click_join", "label_window_seconds": 10},
         synthetic={"events_per_pass": 4000, "click_delay_seconds": 2},
-        passes={"pass_minutes": 1, "allowed_lateness_seconds": 1, "idle_partition_seconds": 2},
+        # 20 s windows: the second round waits for the first one's last window to end
+        passes={"pass_seconds": 20, "allowed_lateness_seconds": 1, "idle_partition_seconds": 2},
         gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
     )
     cfg = derived(
@@ -309,7 +311,7 @@ def test_a_candidate_on_canary_is_promoted_when_as_good_and_withdrawn_when_worse
             assert (registry.serving_version(), registry.candidate()) == (boot[1], boot[4])
             _answering(cfg, "canary", boot[4])
             # the next round's events must fall after the last window the first round closed
-            while time.time() * 1000 < window_ms(one.windows[-1], 1)[1] + 500:
+            while time.time() * 1000 < cfg.passes.clock.window(one.windows[-1])[1] + 500:
                 time.sleep(0.5)
             two = _serve_round(cfg, config, service, f"two-{uuid.uuid4().hex[:8]}")
             assert set(two.answered.values()) == {boot[1], boot[4]}

@@ -21,13 +21,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from streaming.synthetic import SyntheticStream
 from streamrec.config import PipelineConfig, dump_config
-from streamrec.passes import (
-    complete_passes,
-    compose_pass_id,
-    pass_dir,
-    read_manifest,
-    slices_root,
-)
+from streamrec.passes import PassClock, complete_passes, pass_dir, read_manifest, slices_root
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -38,7 +32,7 @@ WINDOWS = 3
 
 def _events(cfg: PipelineConfig, n: int) -> list[dict[str, Any]]:
     """``n`` synthetic impressions spread over ``WINDOWS`` ten-minute windows, labels in."""
-    end = START_MS + WINDOWS * cfg.passes.pass_minutes * 60_000
+    end = START_MS + WINDOWS * cfg.passes.clock.width_ms
     return SyntheticStream(cfg.feature_schema, cfg.synthetic).batch(START_MS, end, n).events
 
 
@@ -101,7 +95,7 @@ def test_a_drained_replay_puts_every_event_in_exactly_one_pass(make_config, tmp_
     config = dump_config(cfg, tmp_path / "replay.yaml")
     events = _events(cfg, 3000)
     _produce(config, events, tmp_path)
-    window = {e["event_id"]: compose_pass_id(e["event_time"], 10) for e in events}
+    window = {e["event_id"]: PassClock(600).id_at(e["event_time"]) for e in events}
     last = max(window.values())
     _build(config, "--idle-timeout", "8")  # the replay as it ran before: the tail is left
     assert last not in complete_passes(cfg.paths.data_root)

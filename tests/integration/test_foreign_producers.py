@@ -25,8 +25,8 @@ from streaming.producer import make_producer, send_events
 from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.passes import (
+    PassClock,
     complete_passes,
-    compose_pass_id,
     is_complete,
     pass_dir,
     read_holds,
@@ -42,7 +42,7 @@ DISORDER_S = 21 * 60  # the codec test: how late an event can come behind a late
 
 
 def _pass_of(event_ms: int) -> str:
-    return compose_pass_id(event_ms, 10)  # the shipped pass_minutes
+    return PassClock(600).id_at(event_ms)  # the shipped pass_seconds
 
 
 def _event(event_id: str, event_ms: int | None) -> bytes:

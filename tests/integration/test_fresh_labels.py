@@ -33,7 +33,7 @@ from streaming.producer import synthetic_passes
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
 from streamrec.layout import Layout
-from streamrec.passes import RowKind, compose_pass_id, next_pass_id, pass_dir, read_manifest
+from streamrec.passes import PassClock, RowKind, pass_dir, read_manifest
 from trainers.metrics import exact_auc
 from trainers.models import AUC_BUCKETS
 
@@ -88,12 +88,12 @@ def _config(services, root: Path) -> PipelineConfig:
 
 def _after(pass_id: str, n: int) -> str:
     for _ in range(n):
-        pass_id = next_pass_id(pass_id, 10)
+        pass_id = PassClock(600).next(pass_id)
     return pass_id
 
 
 def _window(ms: int) -> str:
-    return compose_pass_id(int(ms), 10)
+    return PassClock(600).id_at(int(ms))
 
 
 def _implied(cfg: PipelineConfig) -> tuple[Counter[tuple], dict[str, tuple[int, int]]]:
@@ -137,7 +137,7 @@ def _written(cfg: PipelineConfig, through: str, ids: set[str]) -> Counter[tuple]
                 for row in pq.read_table(directory / part.file, columns=columns).to_pylist():
                     if row["event_id"] in ids:
                         written[(*row.values(), where)] += 1
-        pass_id = next_pass_id(pass_id, 10)
+        pass_id = PassClock(600).next(pass_id)
     return written
 
 

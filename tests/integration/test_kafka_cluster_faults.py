@@ -3,7 +3,7 @@
 Three KRaft nodes (each a broker and a controller) on three hosts made from network
 namespaces (``hosts.Network``); every topic at replication 3 with ``min.insync.replicas``
 2, the producers idempotent with ``acks=all``. ``streamrec produce --live`` sends a stream
-timed now and ``streamrec build-passes`` cuts it into one-minute passes. Two faults land
+timed now and ``streamrec build-passes`` cuts it into 20-second passes. Two faults land
 where they cost most, a few seconds before a window closes:
 
 1. the broker leading the impressions topic's first partition is SIGKILLed, and started
@@ -38,11 +38,12 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
 from streamrec.local_ports import RunningService
-from streamrec.passes import complete_passes, compose_pass_id, pass_dir, read_manifest
+from streamrec.passes import complete_passes, pass_dir, read_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
+WINDOW_S = 20  # each fault in its own window (the killed broker is back before the cut)
 LATENESS_S = 5
 RATE = 150  # impressions per second
 BEFORE_CLOSE_S = 5  # each fault starts this long before a window ends
@@ -132,7 +133,7 @@ def test_a_broker_killed_and_one_cut_off_lose_and_repeat_nothing(
         "the three-broker test",
         kafka={"bootstrap_servers": bootstrap, "partitions": 3},
         join={"mode": "label_in_impression"},
-        passes={"pass_minutes": 1, "allowed_lateness_seconds": LATENESS_S},
+        passes={"pass_seconds": WINDOW_S, "allowed_lateness_seconds": LATENESS_S},
     )
     config = dump_config(cfg, tmp_path / "pipeline.yaml")
     out = tmp_path / "logs"
@@ -146,9 +147,10 @@ def test_a_broker_killed_and_one_cut_off_lose_and_repeat_nothing(
             )
 
     t0 = time.time()
-    first_close = (int(t0 + 20) // 60 + 1) * 60  # the first window has 20 s of events at least
-    kill_at = first_close + 60 - BEFORE_CLOSE_S
-    cut_at = first_close + 120 - BEFORE_CLOSE_S
+    # the first window has 20 s of events at least
+    first_close = (int(t0 + 20) // WINDOW_S + 1) * WINDOW_S
+    kill_at = first_close + WINDOW_S - BEFORE_CLOSE_S
+    cut_at = first_close + 2 * WINDOW_S - BEFORE_CLOSE_S  # the killed broker is back by then
     producer = start("produce", "produce", "--live", "--rate", str(RATE),
                      "--duration", str(cut_at + BEFORE_CLOSE_S + 40 - t0))  # fmt: skip
     builder = start("build", "build-passes")
@@ -170,8 +172,8 @@ def test_a_broker_killed_and_one_cut_off_lose_and_repeat_nothing(
         hosts[cut - 1].plug()
 
         assert producer.wait(timeout=180) == 0, (out / "produce.log").read_text()[-3000:]
-        closes = [first_close + 60 * i for i in range(3)]
-        passes = [compose_pass_id(int((c - 60) * 1000), 1) for c in closes]
+        closes = [first_close + WINDOW_S * i for i in range(3)]
+        passes = [cfg.passes.clock.id_at(int((c - WINDOW_S) * 1000)) for c in closes]
         _wait_for_pass(cfg, passes[-1], builder)
         events = [json.loads(v) for v in _records(bootstrap, cfg.kafka.impressions_topic)]
         dead = _records(bootstrap, cfg.kafka.impressions_topic + cfg.kafka.dlq_suffix)

@@ -64,7 +64,7 @@ from streamrec.config import (
     with_services,
 )
 from streamrec.contracts.pass_status import PassStatus
-from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
+from streamrec.passes import PassClock, complete_passes, pass_dir, read_manifest
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
@@ -125,14 +125,14 @@ def _config(net: Network, root: Path) -> PipelineConfig:
         heartbeat_seconds=1.0,
     )
 
-    first = window_floor(datetime.now(UTC) - timedelta(minutes=PASSES + 10), 1)
+    first = PassClock(60).floor(datetime.now(UTC) - timedelta(minutes=PASSES + 10))
     return derived(
         cfg,
         "the hosts' config",
         name="hosts",
         cluster=cluster,
         join={"mode": "label_in_impression"},
-        passes={"pass_minutes": 1, "allowed_lateness_seconds": 5},
+        passes={"pass_seconds": 60, "allowed_lateness_seconds": 5},
         synthetic={"events_per_pass": EVENTS_PER_PASS},
         # one filesystem for every host: the shared storage
         paths=PathConfig.under(root),

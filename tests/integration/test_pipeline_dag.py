@@ -75,7 +75,7 @@ def _airflow_db_migrate(env: dict[str, str]) -> None:
 
 def _window_end(cfg: PipelineConfig, pass_id: str) -> datetime:
     """A manual run (``dag.test``, a UI trigger) covers the window that ends at its date."""
-    return parse_pass_id(pass_id) + timedelta(minutes=cfg.passes.pass_minutes)
+    return parse_pass_id(pass_id) + timedelta(seconds=cfg.passes.clock.seconds)
 
 
 def _task_states(run) -> dict[str, str]:

@@ -17,7 +17,7 @@ import yaml
 
 from streaming.pass_builder import PassBuilder
 from streamrec.config import SchemaConfig, dump_config
-from streamrec.passes import next_pass_id, pass_dir, read_manifest
+from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "criteo"
@@ -46,7 +46,7 @@ def test_criteo_rows_replayed_pass_by_pass(make_config, repo: Path) -> None:
     )
     passes = [FIRST]
     while len(passes) < PASSES:
-        passes.append(next_pass_id(passes[-1], cfg.passes.pass_minutes))
+        passes.append(cfg.passes.clock.next(passes[-1]))
     builder = PassBuilder(cfg)
     try:  # the eighth window's rows close the seventh
         builder.run(until_pass=passes[-1], idle_timeout_s=60)

@@ -11,8 +11,9 @@ from browser import open_page
 
 from ops.report import X_LABEL, plots, render
 from ops.status import PassRow, format_table, stale_after_seconds
+from streamrec.passes import PassClock
 
-TARGET = stale_after_seconds(pass_minutes=1)
+TARGET = stale_after_seconds(PassClock(60))
 
 
 def _rows(n: int) -> list[PassRow]:

@@ -27,7 +27,7 @@ from streamrec.contracts.delivery import LayerSummary
 from streamrec.contracts.pass_status import PassField, record
 from streamrec.contracts.training import MaturedMetrics
 from streamrec.layout import Layout
-from streamrec.passes import complete_passes, next_pass_id, pass_dir, pass_id_at, slices_root
+from streamrec.passes import complete_passes, pass_dir, slices_root
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import CheckpointInfo, write_info
@@ -54,7 +54,7 @@ def pipeline(
         r.set(keys.done("train", p), f"cmd-{p}")
         record(r, keys, p, PassField.TRAIN, train_result(p))
         r.hset(keys.command(f"cmd-{p}"), mapping={"kind": "train", "pass_id": p})
-    recent = pass_id_at(datetime.now(UTC))
+    recent = cfg.passes.clock.id_of(datetime.now(UTC))
     record(r, keys, recent, PassField.TRAIN, train_result(recent))
     r.xadd(keys.commands, {"id": "old", "kind": "train", "pass_id": passes[0]}, id="1000-0")
     r.xadd(keys.commands, {"id": "new", "kind": "train", "pass_id": recent}, id="*")
@@ -73,7 +73,7 @@ def pipeline(
     # score runs: an old pass's; a recent pass's progressive scores, judged on its final
     # labels, and the next one's, not judged yet
     layout = Layout.of(cfg.paths)
-    waiting = next_pass_id(recent, cfg.passes.pass_minutes)
+    waiting = cfg.passes.clock.next(recent)
     for folder in (
         layout.scores_dir(passes[0], "cmd"),
         *map(layout.progressive_scores, (recent, waiting)),
@@ -111,7 +111,7 @@ def pipeline(
     # (a builder taking it resumes there), partition 1's before it (the partition moved to
     # a builder that cut on), one never checkpointed, and one a live builder (this
     # process) holds open; another consumer group's is not this pipeline's to judge
-    newest = latest_slice(cfg.paths.data_root, 0, cfg.passes.pass_minutes)
+    newest = latest_slice(cfg.paths.data_root, 0, cfg.passes.clock)
     assert newest is not None
     stores = {
         "resumable": (0, newest.pass_id),
@@ -208,7 +208,7 @@ def test_retention_deletes_what_it_listed_and_keeps_the_rest(pipeline: dict[str,
     assert (slices_root(data) / passes[3][:8] / passes[3]).is_dir()
     assert [p.name for p in Path(cfg.paths.checkpoint_root).glob("2026*")] == [f"{passes[2]}-base"]
     assert run_listing(Path(cfg.paths.work_root) / "exports").names == (f"{passes[2]}-cmd",)
-    waiting = next_pass_id(pipeline["recent"], cfg.passes.pass_minutes)
+    waiting = cfg.passes.clock.next(pipeline["recent"])
     assert run_listing(Layout.of(cfg.paths).scores).names == (f"{waiting}-progressive",)
     registry = registry_for(cfg)
     assert registry.versions() == [passes[0], passes[2], passes[3]]

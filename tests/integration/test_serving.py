@@ -62,7 +62,7 @@ from streaming.topics import ensure_topic
 from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived, dump_config
 from streamrec.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
 from streamrec.local_ports import free_port
-from streamrec.passes import compose_pass_id, pass_dir, read_manifest
+from streamrec.passes import PassClock, pass_dir, read_manifest
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster
 
@@ -753,7 +753,7 @@ def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_
     data["join"] |= {"mode": "click_join", "clicks_topic": clicks_topic, "label_window_seconds": 5}
     data["serving"]["log_topic"] = served_topic
     data["passes"] |= {
-        "pass_minutes": 1,
+        "pass_seconds": 60,
         "allowed_lateness_seconds": 1,
         "idle_partition_seconds": 2,
     }
@@ -797,7 +797,7 @@ def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_
     producer.send(served_topic, key=b"tick", value=json.dumps(tick).encode())
     producer.flush()
     producer.close()
-    windows = sorted({compose_pass_id(r["event_time"], 1) for r in served})
+    windows = sorted({PassClock(60).id_at(r["event_time"]) for r in served})
     done = subprocess.run(
         [STREAMREC, "build-passes", "--config", str(config), "--until-pass", windows[-1]],
         capture_output=True,

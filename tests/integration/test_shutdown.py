@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from streamrec.config import PipelineConfig, dump_config
-from streamrec.passes import next_pass_id, pass_dir, read_manifest
+from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
@@ -138,7 +138,7 @@ def test_sigterm_stops_the_pass_builder_and_a_restart_completes_the_passes(
     batches = produce_synthetic(cfg, FIRST, passes)
     last = FIRST
     for _ in range(passes - 1):
-        last = next_pass_id(last, cfg.passes.pass_minutes)
+        last = cfg.passes.clock.next(last)
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
 
     proc = _cli("build-passes", "--config", str(config), "--until-pass", last)

@@ -31,7 +31,7 @@ from trainers.worker.strategy import UNSEEN_DAYS_COLUMN
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 FIRST = "202610010000"
-PASS_MINUTES = 720  # two passes a day: maintenance after every second pass
+PASS_SECONDS = 43_200  # two passes a day: maintenance after every second pass
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Lifecycle:
 def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
     cfg = make_config(
         join={"mode": "label_in_impression"},
-        passes={"pass_minutes": PASS_MINUTES},
+        passes={"pass_seconds": PASS_SECONDS},
         synthetic={"events_per_pass": 3000, "cardinality": {"user_id": 2_000_000}},
     )
     return cfg, list(build_passes(cfg, FIRST, 6))[:6]
@@ -63,7 +63,7 @@ def _run(
 ) -> Lifecycle:
     cfg = make_config(
         join={"mode": "label_in_impression"},
-        passes={"pass_minutes": PASS_MINUTES},
+        passes={"pass_seconds": PASS_SECONDS},
         model={"hyper_parameters": {"sparse_table": table}},
         paths={"data_root": stream_cfg.paths.data_root},
     )
@@ -79,9 +79,8 @@ def _run(
                 versions.append(delivery.registry_for(cfg).manifest(version))
             # the cluster's half of pass_sequence.day_end: retention would delete the
             # passes of the stream the other fixture's cluster trains on
-            done = cluster.client.maintain_if_day_ends(pass_id, PASS_MINUTES)
-            if done.maintenance:
-                maintenance.append(done)
+            if cfg.passes.clock.closes_day(pass_id):
+                maintenance.append(cluster.client.maintain(pass_id))
     return Lifecycle(cfg, keys, maintenance, versions)
 
 
@@ -114,7 +113,7 @@ def test_maintenance_runs_once_a_day_and_ages_unseen_keys(stream, plain: Lifecyc
     resolved = dump_config(plain.cfg, Path(plain.cfg.paths.work_root) / "again.yaml")
     with LocalCluster(plain.cfg, resolved) as cluster:
         connect(plain.cfg.redis).delete(RedisKeys(plain.cfg.name).done("maintain", passes[3]))
-        again = cluster.client.maintain_if_day_ends(passes[3], PASS_MINUTES)
+        again = cluster.client.maintain(passes[3])
     assert again.already_done and again.maintenance
     assert len([i for i in list_checkpoints(root) if i.kind == "daily"]) == 3
 

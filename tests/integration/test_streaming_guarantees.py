@@ -23,7 +23,7 @@ from streaming.pass_builder import PassBuilder
 from streaming.producer import make_producer, produce_synthetic, send_messages, synthetic_passes
 from streaming.topics import ensure_topic
 from streamrec.config import PipelineConfig, dump_config
-from streamrec.passes import complete_passes, next_pass_id, pass_dir, read_manifest, slices_root
+from streamrec.passes import PassClock, complete_passes, pass_dir, read_manifest, slices_root
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ def _expected(cfg: PipelineConfig, batches: dict, passes: int) -> dict[str, int]
 def _last_pass(passes: int) -> str:
     last = FIRST
     for _ in range(passes - 1):
-        last = next_pass_id(last, 10)
+        last = PassClock(600).next(last)
     return last
 
 

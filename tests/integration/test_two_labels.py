@@ -30,7 +30,7 @@ from streaming.producer import synthetic_passes
 from streaming.slices import builder_leftovers
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
-from streamrec.passes import complete_passes, next_pass_id, pass_dir, read_manifest, slices_root
+from streamrec.passes import PassClock, complete_passes, pass_dir, read_manifest, slices_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -68,7 +68,7 @@ def _config(services, tmp_path: Path, events_per_pass: int) -> PipelineConfig:
 def _last(passes: int) -> str:
     last = FIRST
     for _ in range(passes - 1):
-        last = next_pass_id(last, 10)
+        last = PassClock(600).next(last)
     return last
 
 

@@ -85,7 +85,7 @@ from streamrec.contracts.pass_status import read_statuses
 from streamrec.kafka_broker import start_kafka
 from streamrec.local_ports import free_port
 from streamrec.logs import setup_logging
-from streamrec.passes import complete_passes, pass_dir, read_manifest, window_floor
+from streamrec.passes import PassClock, complete_passes, pass_dir, read_manifest
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints
@@ -286,7 +286,7 @@ def soak_config(broker: str, redis_url: str, root: Path, first: datetime) -> Pip
         name="soak",
         redis={"username": REDIS_USER, "password_env": REDIS_PASSWORD_ENV},
         join={"mode": "label_in_impression"},
-        passes={"pass_minutes": 1, "allowed_lateness_seconds": 5},
+        passes={"pass_seconds": 60, "allowed_lateness_seconds": 5},
         paths=PathConfig.under(root),
         schedule=ScheduleConfig(
             start=first,
@@ -324,7 +324,7 @@ class Soak:
             stack.callback(self.redis.stop)
             os.environ[REDIS_PASSWORD_ENV] = self.redis.password  # inherited by every service
             stack.callback(os.environ.pop, REDIS_PASSWORD_ENV, None)
-            first = window_floor(datetime.now(UTC) - timedelta(minutes=self.passes + 10), 1)
+            first = PassClock(60).floor(datetime.now(UTC) - timedelta(minutes=self.passes + 10))
             self.cfg = soak_config(broker.address, self.redis.url, self.root, first)
             self.first = first
             config = str(dump_config(self.cfg, self.root / "pipeline.yaml"))

@@ -27,7 +27,7 @@ def test_the_backlog_is_taken_in_order_and_stops_at_a_pending_window(
     shipped_config: PipelineConfig, tmp_path: Path
 ) -> None:
     cfg = derived(shipped_config, "the catch-up's config", paths={"data_root": tmp_path})
-    assert cfg.passes.pass_minutes == 10
+    assert cfg.passes.pass_seconds == 600
     for pass_id in ("202601010000", "202601010010", "202601010030", "202601010050"):
         _complete(tmp_path, pass_id)
     slice_dir(tmp_path, "202601010040", 0).parent.mkdir(parents=True)  # still being written

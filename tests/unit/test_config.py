@@ -68,11 +68,11 @@ def test_schedule_start_needs_a_zone_and_retention_keeps_records_longer(
 
 
 def test_missing_key_is_named_with_its_meaning(tmp_path: Path, repo: Path) -> None:
-    path = _write(tmp_path, repo, passes__pass_minutes=None)
+    path = _write(tmp_path, repo, passes__pass_seconds=None)
     with pytest.raises(ConfigError) as e:
         load_config(path)
     assert str(path) in str(e.value)
-    assert "missing key 'passes.pass_minutes'" in str(e.value)
+    assert "missing key 'passes.pass_seconds'" in str(e.value)
     assert "pass window" in str(e.value)
 
 
@@ -84,7 +84,9 @@ def test_unknown_key_is_named(tmp_path: Path, repo: Path) -> None:
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("passes__pass_minutes", 7, "divisor of 1440"),
+        ("passes__pass_seconds", 420, "divide a day"),
+        ("passes__pass_seconds", 45, "10, 12, 15, 20 or 30"),
+        ("passes__pass_seconds", 5, "10, 12, 15, 20 or 30"),
         ("cluster__workers", 0, "cluster.workers"),
         ("passes__join_memory_mib", 0, "passes.join_memory_mib"),
         ("name", "Bad Name", "'name'"),
@@ -194,10 +196,10 @@ def test_a_derived_config_is_validated_as_a_loaded_one(shipped_config) -> None:
         "redis://127.0.0.1:6379/0",
     )
     assert cfg.passes == shipped_config.passes  # the rest as it was
-    two = derived(cfg, "two passes an hour", passes={"pass_minutes": 30})
-    assert two.passes.pass_minutes == 30 and two.passes.allowed_lateness_seconds == 60
-    with pytest.raises(ConfigError, match=r"(?s)the demo's config.*passes\.pass_minutes"):
-        derived(cfg, "the demo's config", passes={"pass_minutes": 7})
+    two = derived(cfg, "two passes an hour", passes={"pass_seconds": 1800})
+    assert two.passes.clock.seconds == 1800 and two.passes.allowed_lateness_seconds == 60
+    with pytest.raises(ConfigError, match=r"(?s)the demo's config.*passes\.pass_seconds"):
+        derived(cfg, "the demo's config", passes={"pass_seconds": 420})
     with pytest.raises(ConfigError, match=r"kafka\.bootstrap_servers"):
         with_services(cfg, 9092, "redis://127.0.0.1:6379/0")
 

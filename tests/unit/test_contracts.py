@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from serving_export.manifest import ArtifactManifest
 from streamrec.config import RedisConfig
 from streamrec.contracts.catch_up import CatchUp, CaughtUp, Superseded
 from streamrec.contracts.day_end import DayEnd, RetentionRun
@@ -76,6 +77,17 @@ def test_nan_metrics_stay_nan_on_the_wire(train_result) -> None:
     strict = json.dumps(empty.to_wire(), allow_nan=False)
     assert '"auc": "NaN"' in strict
     assert math.isnan(type(empty).from_wire(json.loads(strict)).test.auc)
+
+
+def test_a_manifest_whose_gate_judged_no_matured_pass_reads_back(artifact_manifest) -> None:
+    """A fresh label's first passes are judged before any pass has matured: AUC NaN."""
+    unjudged = GateDecision(passed=True, auc=math.nan, serving_auc=None, fresh_auc=0.7)
+    manifest = artifact_manifest("202601010000")
+    manifest = manifest.model_copy(
+        update={"metrics": manifest.metrics.model_copy(update={"gate": unjudged})}
+    )
+    back = ArtifactManifest.parse(manifest.to_json(), "the test")
+    assert math.isnan(back.metrics.gate.auc) and back.metrics.gate.fresh_auc == 0.7
 
 
 def test_the_modes_are_enums_and_an_unknown_mode_fails(train_result) -> None:

@@ -102,14 +102,13 @@ def test_runs_are_pass_windows_from_the_start_with_catch_up(
     from airflow.timetables.base import DataInterval, TimeRestriction
 
     from streamrec.config import load_config
-    from streamrec.passes import pass_id_at
 
     cfg = load_config(shipped_config_path)
     dag = _bag(repo)
     timetable = coerce_to_core_timetable(dag.timetable)
     restriction = TimeRestriction(earliest=dag.start_date, latest=None, catchup=True)
     first = timetable.next_dagrun_info(last_automated_data_interval=None, restriction=restriction)
-    window = timedelta(minutes=cfg.passes.pass_minutes)
+    window = timedelta(seconds=cfg.passes.clock.seconds)
     assert first.data_interval.start == cfg.schedule.start  # the shipped start is a boundary
     assert first.data_interval.end - first.data_interval.start == window
     # long after the start (an outage): the next run is the very next window, not "now"
@@ -120,7 +119,7 @@ def test_runs_are_pass_windows_from_the_start_with_catch_up(
         restriction=restriction,
     )
     assert nxt.data_interval.start == first.data_interval.end
-    assert pass_id_at(nxt.data_interval.start) == "202601010010"
+    assert cfg.passes.clock.id_of(nxt.data_interval.start) == "202601010010"
 
 
 def test_dag_without_schedule_section_fails_naming_the_key(repo: Path, tmp_path: Path) -> None:

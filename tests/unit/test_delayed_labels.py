@@ -15,10 +15,11 @@ from streaming.emit_plan import JoinedLabel, emit_plan
 from streaming.join import IMPRESSIONS, PartitionJoin
 from streaming.join_spill import SpillSettings, SpillStore
 from streamrec.config import ELAPSED_COLUMN, delay_column
-from streamrec.passes import RowKind, compose_pass_id, next_pass_id, window_ms
+from streamrec.passes import PassClock, RowKind
 
 T0 = 1_767_225_600_000  # 2026-01-01 00:00 UTC
 MINUTE = 60_000
+CLOCK = PassClock(60)  # one-minute windows
 CLICK = JoinedLabel("click", "label", 2 * MINUTE, emit="at_once")
 CONVERSION = JoinedLabel(
     "conversion", "label_conversion", 10 * MINUTE, emit="after_wait", wait_ms=MINUTE
@@ -33,7 +34,7 @@ def _join(labels: list[JoinedLabel], closed: str | None = None, **kw) -> Partiti
         closed_through=closed,
         replay_to=kw.pop("replay", {}),
         plan=emit_plan(labels, columns),
-        pass_minutes=1,
+        clock=CLOCK,
         **kw,
     )
 
@@ -44,7 +45,7 @@ def _imp(event_id: str, t: int, offset: int, labels=COLUMNS) -> dict:
 
 
 def _window(t: int) -> str:
-    return compose_pass_id(t, 1)
+    return CLOCK.id_at(t)
 
 
 def test_the_plan_groups_labels_by_when_their_rows_are_written() -> None:
@@ -87,11 +88,11 @@ def test_at_once_writes_a_negative_at_once_and_a_duplicate_when_the_label_comes(
     duplicate = next(r for r in rows["a"] if r["kind_click"] == RowKind.DUPLICATE)
     assert duplicate[ELAPSED_COLUMN] == duplicate[delay_column("click")] == 10_000
     assert j.open == {"click": 2} and j.matured is None
-    rows = _by_id(j.close(next_pass_id(_window(T0), 1)))
+    rows = _by_id(j.close(CLOCK.next(_window(T0))))
     assert [(r["kind_click"], r["label"], r[ELAPSED_COLUMN]) for r in rows["b"]] == [
         (RowKind.DUPLICATE, 1, 68_000)
     ]
-    j.close(next_pass_id(next_pass_id(_window(T0), 1), 1))  # 00:03: both matured (2 min)
+    j.close(CLOCK.next(CLOCK.next(_window(T0))))  # 00:03: both matured (2 min)
     matured = _by_id(j.matured)
     assert {e: (r[0]["label"], r[0]["kind_click"]) for e, r in matured.items()} == {
         "a": (1, RowKind.MATURED),
@@ -126,7 +127,7 @@ def test_after_wait_writes_the_label_as_of_the_wait_and_later_positives_as_dupli
     }
     written: Counter[tuple] = Counter()
     for _ in range(11):
-        w = next_pass_id(w, 1)
+        w = CLOCK.next(w)
         for e, rs in _by_id(j.close(w)).items():
             written.update((e, r["kind_conversion"], r["label"], w) for r in rs)
         for e, rs in _by_id(j.matured).items():
@@ -160,7 +161,7 @@ def test_a_conversion_duplicate_needs_its_click_as_of_then() -> None:
     assert duplicates == ["a"]
     w = _window(T0)
     for _ in range(10):
-        w = next_pass_id(w, 1)
+        w = CLOCK.next(w)
         j.close(w)
     matured = {r["event_id"]: (r["label"], r["label_conversion"]) for r in j.matured.to_pylist()}
     assert matured == {"a": (1, 1), "b": (0, 0)}
@@ -176,7 +177,7 @@ def test_a_label_read_after_its_row_was_written_is_late_but_matures() -> None:
     assert j.take_counters().of("click").late == 1
     w, matured = _window(T0), []
     for _ in range(3):
-        w = next_pass_id(w, 1)
+        w = CLOCK.next(w)
         assert j.close(w) is None
         matured += j.matured.to_pylist() if j.matured is not None else []
     assert [(r["event_id"], r["label"]) for r in matured] == [("a", 1)]
@@ -297,8 +298,8 @@ def _run(
             if position[k] < len(stream.topics[k])
         ]
         now = min(heads)[0] if heads else end
-        next_window = next_pass_id(j.closed_through, 1) if j.closed_through else _window(T0)
-        if window_ms(next_window, 1)[1] <= now:  # cut delay 0: the horizon is the end
+        next_window = CLOCK.next(j.closed_through) if j.closed_through else _window(T0)
+        if CLOCK.window(next_window)[1] <= now:  # cut delay 0: the horizon is the end
             if rng.random() < 1 / (2 * kill_every):  # killed while writing the slice
                 j.close(next_window)
                 j, position = fresh()
@@ -374,12 +375,12 @@ def _after_window_rows(stream: _Stream, spill: Path | None) -> tuple[Counter[tup
     offsets: Counter[str] = Counter()
     window = _window(T0)
     for step, (t, kind, event_id) in enumerate([*events, (T0 + 30 * MINUTE, "", "")]):
-        while window_ms(window, 1)[1] + j.plan.cut_delay_ms <= t:
+        while CLOCK.window(window)[1] + j.plan.cut_delay_ms <= t:
             for r in (j.close(window) or pa.table({})).to_pylist():
                 rows[(r["event_id"], r["label"], r["label_conversion"], window)] += 1
             for kind_, c in j.take_counters().labels.items():
                 counts.update({f"{kind_}.{k}": v for k, v in vars(c).items()})
-            window = next_pass_id(window, 1)
+            window = CLOCK.next(window)
         if not kind:
             break
         if kind == IMPRESSIONS:

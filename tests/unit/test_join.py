@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from streaming.emit_plan import JoinedLabel
 from streaming.join import PartitionJoin
+from streamrec.passes import PassClock
 
 W1, W2 = "202601010000", "202601010010"
 T1 = 1767225600000  # start of W1
 WINDOW = 300_000
+TEN_MINUTES = PassClock(600)  # the windows these tests' times fall in
 
 
 def _join(closed: str | None = None, replay: dict[str, int] | None = None) -> PartitionJoin:
@@ -15,6 +17,7 @@ def _join(closed: str | None = None, replay: dict[str, int] | None = None) -> Pa
         labels=[JoinedLabel("click", "label", WINDOW)],
         closed_through=closed,
         replay_to=replay or {},
+        clock=TEN_MINUTES,
     )
 
 
@@ -77,7 +80,7 @@ def test_late_impressions_count_but_replays_do_not() -> None:
 
 
 def test_label_in_impression_mode_keeps_labels() -> None:
-    j = PartitionJoin(labels=[], closed_through=None, replay_to={})
+    j = PartitionJoin(labels=[], closed_through=None, replay_to={}, clock=TEN_MINUTES)
     j.add_impression(W1, {**_imp("a", T1, 0), "label": 1})
     assert j.close(W1).column("label").to_pylist() == [1]
 
@@ -95,7 +98,9 @@ def _two(keep: bool = False, strays: bool = True, replay: dict[str, int] | None 
         keep_unattributed=keep,
         dead_letter_strays=strays,
     )
-    return PartitionJoin(labels=[CLICK, conversion], closed_through=None, replay_to=replay or {})
+    return PartitionJoin(
+        labels=[CLICK, conversion], closed_through=None, replay_to=replay or {}, clock=TEN_MINUTES
+    )
 
 
 def _imp2(event_id: str, t: int, offset: int) -> dict:

@@ -39,6 +39,7 @@ from streamrec.layout import Layout
 from streamrec.listing import list_folder
 from streamrec.passes import (
     EventCounts,
+    PassClock,
     complete_passes,
     is_pass_keyed,
     pass_dir,
@@ -97,8 +98,8 @@ def test_a_killed_slice_writers_leftover_is_no_slice(tmp_path: Path) -> None:
     _slice(data, P0, 0)
     leftover = killed_writer(slice_dir(data, P1, 1), "_slice.json", "_SUCCESS")
     (Layout.of(PathConfig.under(tmp_path)).data.latest_slice_index(0)).unlink()  # full scan
-    assert latest_slice(data, 0, 10).pass_id == P0
-    assert latest_slice(data, 1, 10) is None
+    assert latest_slice(data, 0, PassClock(600)).pass_id == P0
+    assert latest_slice(data, 1, PassClock(600)) is None
     assert slice_partitions(data) == {0}
     assert slice_listing(data).names == (f"{P0}/p0",)
     assert slice_listing(data).leftovers == builder_leftovers(data).leftovers == (leftover,)

@@ -19,7 +19,7 @@ from ops.status import (
 )
 from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.pass_status import PassStatus
-from streamrec.passes import PartitionHold
+from streamrec.passes import PartitionHold, PassClock
 
 
 def _row(pass_id: str, **fields) -> PassRow:
@@ -47,17 +47,17 @@ def test_untrained_pass_is_flagged_stale_behind_a_trained_one_or_after_two_windo
         _trained("202601010002", 0.75),
         _row("202601010003", completed_at=1000.0),  # the newest, waiting
     ]
-    fresh = flag_untrained(rows, pass_minutes=1, now=1010.0)
+    fresh = flag_untrained(rows, clock=PassClock(60), now=1010.0)
     assert [r.flag for r in fresh] == ["", "NOT TRAINED (stale)", "", "not trained yet"]
-    late = flag_untrained(rows, pass_minutes=1, now=1000.0 + 121)
+    late = flag_untrained(rows, clock=PassClock(60), now=1000.0 + 121)
     assert late[3].flag == "NOT TRAINED (stale)"
     assert needs_attention(fresh) and needs_attention(late)
-    assert not needs_attention(flag_untrained(rows[:1], pass_minutes=1, now=1010.0))
+    assert not needs_attention(flag_untrained(rows[:1], clock=PassClock(60), now=1010.0))
 
 
 def test_table_shows_dashes_where_a_stage_has_not_reached_the_pass() -> None:
     table = format_table(
-        flag_untrained([_trained("202601010000", 0.7), _row("202601010001")], 1, 0.0)
+        flag_untrained([_trained("202601010000", 0.7), _row("202601010001")], PassClock(60), 0.0)
     )
     lines = table.splitlines()
     assert lines[0].split()[:3] == ["pass", "rows", "late"]
@@ -92,7 +92,7 @@ def test_a_pass_is_finished_delivered_rejected_or_superseded_by_a_newer_version(
     assert pass_finished(rejected, "202601010000") and pass_finished(rejected, None)
 
 
-TARGET = stale_after_seconds(pass_minutes=1)
+TARGET = stale_after_seconds(PassClock(60))
 
 
 class _Points(HTMLParser):

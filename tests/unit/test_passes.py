@@ -9,33 +9,55 @@ import pytest
 
 from streamrec.errors import ContractError
 from streamrec.passes import (
-    compose_pass_id,
-    next_pass_id,
+    PassClock,
+    is_pass_keyed,
     parse_pass_id,
     pass_dir,
-    pass_id_at,
     pass_state,
     read_manifest,
     slice_dir,
-    window_floor,
-    window_ms,
 )
 
 
 def test_event_time_maps_to_window_start() -> None:
     t = int(datetime(2026, 1, 1, 0, 17, 59, tzinfo=UTC).timestamp() * 1000)
-    assert compose_pass_id(t, 10) == "202601010010"
-    assert compose_pass_id(t, 60) == "202601010000"
-    start, end = window_ms("202601010010", 10)
+    assert PassClock(600).id_at(t) == "202601010010"
+    assert PassClock(3600).id_at(t) == "202601010000"
+    start, end = PassClock(600).window("202601010010")
     assert start <= t < end and end - start == 600_000
 
 
 def test_ids_roundtrip_and_step() -> None:
-    assert pass_id_at(parse_pass_id("202612312350")) == "202612312350"
-    assert next_pass_id("202612312350", 10) == "202701010000"
+    clock = PassClock(600)
+    assert clock.id_of(parse_pass_id("202612312350")) == "202612312350"
+    assert clock.next("202612312350") == "202701010000"
+    assert clock.closes_day("202612312350") and not clock.closes_day("202612312340")
 
 
-@pytest.mark.parametrize("bad", ["2026010100", "20260101000a", "202613010000", "../etc/passwd"])
+def test_passes_under_a_minute_have_seconds_in_their_ids_and_sort_with_minute_ones() -> None:
+    clock = PassClock(15)
+    t = int(datetime(2026, 1, 1, 23, 59, 47, tzinfo=UTC).timestamp() * 1000)
+    assert clock.id_at(t) == "20260101235945"
+    assert clock.next("20260101235945") == "20260102000000"  # the day's last window
+    assert clock.closes_day("20260101235945") and not clock.closes_day("20260101235930")
+    assert clock.window("20260101235945")[1] - clock.window("20260101235945")[0] == 15_000
+    assert clock.floor(datetime(2026, 1, 1, 9, 0, 29, tzinfo=UTC)).second == 15
+    assert is_pass_keyed("20260101235945-delta") and is_pass_keyed("202601012359-delta")
+    # a pipeline whose passes went from a minute to 15 s keeps its history in start order
+    ids = ["202601010900", "202601010901", "20260101090115", "20260101090100", "202601010859"]
+    starts = [parse_pass_id(i) for i in sorted(ids)]
+    assert starts == sorted(starts)
+
+
+@pytest.mark.parametrize("seconds", [0, 7, 1000, 7 * 60, 86_400 * 2])
+def test_a_window_that_does_not_divide_a_day_is_refused(seconds: int) -> None:
+    with pytest.raises(ValueError, match="does not divide a day"):
+        PassClock(seconds)
+
+
+@pytest.mark.parametrize(
+    "bad", ["2026010100", "20260101000a", "202613010000", "2026010100006", "../etc/passwd"]
+)
 def test_bad_ids_are_rejected(bad: str) -> None:
     with pytest.raises(ContractError):
         parse_pass_id(bad)
@@ -72,5 +94,5 @@ def test_pass_state_tells_waiting_from_never(tmp_path: Path) -> None:
 
 def test_window_floor_rounds_down_to_a_window_start() -> None:
     moment = datetime(2026, 11, 23, 9, 7, 31, tzinfo=UTC)
-    assert window_floor(moment, 5) == datetime(2026, 11, 23, 9, 5, tzinfo=UTC)
-    assert window_floor(moment, 60) == datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    assert PassClock(300).floor(moment) == datetime(2026, 11, 23, 9, 5, tzinfo=UTC)
+    assert PassClock(3600).floor(moment) == datetime(2026, 11, 23, 9, 0, tzinfo=UTC)

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from streaming.slices import _publish, assemble_pass, write_slice
 from streamrec.atomic_fs import temp_dir_for
-from streamrec.passes import EventCounts, is_complete, pass_dir
+from streamrec.passes import EventCounts, PassClock, is_complete, pass_dir
 
 
 class _Manifest(BaseModel):
@@ -61,15 +61,17 @@ def test_a_pass_assembles_once_each_partition_has_its_slice_or_has_cut_past_it(
     """Partition 0's first slice is of W1: its W0 was empty, and W0 must not wait for it (a
     partition's first slice can come before another's earlier one is written)."""
     _slice(tmp_path, W1, 0, 2)
-    assert assemble_pass(tmp_path, W0, 2, 1, 1) is None  # partition 1 has written nothing
+    assert (
+        assemble_pass(tmp_path, W0, 2, 1, PassClock(60)) is None
+    )  # partition 1 has written nothing
     _slice(tmp_path, W0, 1, 3)
-    w0 = assemble_pass(tmp_path, W0, 2, 1, 1)
+    w0 = assemble_pass(tmp_path, W0, 2, 1, PassClock(60))
     assert w0 is not None and (w0.rows, w0.partitions, len(w0.parts)) == (3, 2, 1)
     assert is_complete(pass_dir(tmp_path, W0))
     # partition 1 has not cut past W1 yet: W1 waits for it, and W2 for both
-    assert assemble_pass(tmp_path, W1, 2, 1, 1) is None
+    assert assemble_pass(tmp_path, W1, 2, 1, PassClock(60)) is None
     _slice(tmp_path, W2, 0, 1)
-    assert assemble_pass(tmp_path, W2, 2, 1, 1) is None
+    assert assemble_pass(tmp_path, W2, 2, 1, PassClock(60)) is None
     _slice(tmp_path, W1, 1, 0)
-    w1 = assemble_pass(tmp_path, W1, 2, 1, 1)
+    w1 = assemble_pass(tmp_path, W1, 2, 1, PassClock(60))
     assert w1 is not None and w1.rows == 2

@@ -17,15 +17,16 @@ from hypothesis import strategies as st
 
 from streaming.join import PartitionJoin
 from streaming.windows import WindowCutter, watermark_ms
-from streamrec.passes import compose_pass_id, next_pass_id, window_ms
+from streamrec.passes import PassClock
 
 T0 = 1767225600000  # 2026-01-01 00:00 UTC
 MINUTE = 60_000
+CLOCK = PassClock(60)  # one-minute windows
 IMP, CLK = "impressions", "clicks"
 
 
 def _id(minutes: int) -> str:
-    return compose_pass_id(T0 + minutes * MINUTE, 1)
+    return CLOCK.id_at(T0 + minutes * MINUTE)
 
 
 def test_the_watermark_is_the_oldest_active_topics_newest_time_less_the_lateness() -> None:
@@ -40,7 +41,7 @@ def test_the_watermark_is_the_oldest_active_topics_newest_time_less_the_lateness
 
 
 def test_complete_windows_are_cut_in_order_with_the_empty_ones_between() -> None:
-    cutter = WindowCutter(1)
+    cutter = WindowCutter(CLOCK)
     candidates = {_id(0), _id(3), _id(4)}
     # a window is complete once its end is at or below the watermark, not a millisecond before
     assert cutter.to_cut(candidates, None, T0 + MINUTE - 1) == []
@@ -50,10 +51,10 @@ def test_complete_windows_are_cut_in_order_with_the_empty_ones_between() -> None
 
 
 def test_a_long_run_of_empty_windows_is_jumped_and_the_label_window_waits() -> None:
-    cutter = WindowCutter(1, max_gap_passes=2)
+    cutter = WindowCutter(CLOCK, max_gap_passes=2)
     assert cutter.to_cut({_id(0), _id(2)}, None, T0 + 3 * MINUTE) == [_id(0), _id(1), _id(2)]
     assert cutter.to_cut({_id(0), _id(9)}, None, T0 + 10 * MINUTE) == [_id(0), _id(9)]
-    labelled = WindowCutter(1, label_delay_ms=30_000)
+    labelled = WindowCutter(CLOCK, label_delay_ms=30_000)
     assert labelled.to_cut({_id(0)}, None, T0 + MINUTE) == []
     assert labelled.to_cut({_id(0)}, None, T0 + MINUTE + 30_000) == [_id(0)]
 
@@ -61,10 +62,10 @@ def test_a_long_run_of_empty_windows_is_jumped_and_the_label_window_waits() -> N
 def test_pass_ids_of_an_array_match_one_by_one() -> None:
     import numpy as np
 
-    cutter = WindowCutter(10)
+    cutter = WindowCutter(PassClock(600))
     times = np.array([T0, T0 + 599_999, T0 + 600_000, T0 - 1, T0 + 86_400_000])
     assert cutter.pass_ids_of(times) == [cutter.pass_id_of(int(t)) for t in times]
-    assert cutter.pass_ids_of(times) == [compose_pass_id(int(t), 10) for t in times]
+    assert cutter.pass_ids_of(times) == [PassClock(600).id_at(int(t)) for t in times]
 
 
 @dataclass
@@ -91,7 +92,7 @@ class _Run:
 
     def __post_init__(self) -> None:
         for p in range(self.partitions):
-            join = PartitionJoin(labels=[], closed_through=None, replay_to={}, pass_minutes=1)
+            join = PartitionJoin(labels=[], closed_through=None, replay_to={}, clock=CLOCK)
             self.owned[p] = _Partition(join)
 
     def deliver(self, p: int, events: list[tuple[str, int]]) -> None:
@@ -99,7 +100,7 @@ class _Run:
         state = self.owned[p]
         closed = state.join.closed_through
         for event_id, t in events:
-            dropped = closed is not None and compose_pass_id(t, 1) <= closed
+            dropped = closed is not None and CLOCK.id_at(t) <= closed
             self.closed_at_arrival.setdefault(event_id, dropped)  # closed when it first came
             if dropped and t >= state.newest - self.lateness_ms:  # on time is never dropped
                 self.dropped_within_lateness.append(event_id)
@@ -135,12 +136,12 @@ class _Run:
                 w for w in self.known if closed is None or w > closed
             }
             for window in self.cutter.to_cut(candidates, closed, wm):
-                assert window_ms(window, 1)[1] <= wm, f"{window} cut before its watermark {wm}"
+                assert CLOCK.window(window)[1] <= wm, f"{window} cut before its watermark {wm}"
                 assert (p, window) not in self.slices, f"partition {p} cut {window} twice"
                 assert closed is None or window > closed, f"{window} cut after {closed}"
                 table = state.join.close(window)
                 rows = table.to_pylist() if table is not None else []
-                assert all(compose_pass_id(r["event_time_ms"], 1) == window for r in rows)
+                assert all(CLOCK.id_at(r["event_time_ms"]) == window for r in rows)
                 self.slices[(p, window)] = [r["event_id"] for r in rows]
                 self.late += state.join.take_counters().late_impressions
                 self.known.add(window)
@@ -170,7 +171,7 @@ def _streams(draw):
 @given(_streams(), st.sampled_from([1, 3, 100]))
 def test_any_interleaving_puts_every_event_in_exactly_one_slice(stream, max_gap: int) -> None:
     partitions, order, sizes, lateness = stream
-    run = _Run(partitions, lateness, WindowCutter(1, max_gap_passes=max_gap))
+    run = _Run(partitions, lateness, WindowCutter(CLOCK, max_gap_passes=max_gap))
     pending: dict[int, list[tuple[str, int]]] = {p: [] for p in range(partitions)}
     for (event_id, t), size in zip(order, sizes, strict=True):
         p = _partition_of(event_id, partitions)
@@ -196,8 +197,8 @@ def test_any_interleaving_puts_every_event_in_exactly_one_slice(stream, max_gap:
     for state in run.owned.values():
         assert state.cut == sorted(set(state.cut))
         for before, after in zip(state.cut, state.cut[1:], strict=False):
-            if after != next_pass_id(before, 1):  # jumped: only a run longer than max_gap
-                gap = (window_ms(after, 1)[0] - window_ms(before, 1)[1]) // MINUTE
+            if after != CLOCK.next(before):  # jumped: only a run longer than max_gap
+                gap = (CLOCK.window(after)[0] - CLOCK.window(before)[1]) // MINUTE
                 assert gap > max_gap, (before, after)
     # every window any partition cut assembles: each partition has its slice of it or has
     # cut past it (``streaming.slices.assemble_pass``), so no pass waits for ever
@@ -208,7 +209,7 @@ def test_any_interleaving_puts_every_event_in_exactly_one_slice(stream, max_gap:
 
 @pytest.mark.parametrize("lateness", [0, 30_000])
 def test_an_event_older_than_the_lateness_is_counted_late_not_sliced(lateness: int) -> None:
-    run = _Run(1, lateness, WindowCutter(1))
+    run = _Run(1, lateness, WindowCutter(CLOCK))
     run.deliver(0, [("a", T0 + 10_000)])
     run.deliver(0, [("b", T0 + MINUTE + lateness + 1)])  # closes window 0
     assert run.slices == {(0, _id(0)): ["a"]}

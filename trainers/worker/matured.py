@@ -31,12 +31,9 @@ from streamrec.layout import Layout
 from streamrec.passes import (
     PassManifest,
     RowKind,
-    compose_pass_id,
     is_complete,
-    next_pass_id,
     pass_dir,
     read_manifest,
-    window_ms,
 )
 from trainers.metrics import metrics_from_stats, stats_from_predictions
 from trainers.models import AUC_BUCKETS
@@ -96,19 +93,19 @@ def pass_files(cfg: PipelineConfig, manifest: PassManifest) -> list[str]:
 def judged_pass(cfg: PipelineConfig, pass_id: str) -> str | None:
     """The pass whose last impressions mature in ``pass_id`` (None: no label matures
     later than its rows are written)."""
-    plan, minutes = plan_of(cfg), cfg.passes.pass_minutes
+    plan, clock = plan_of(cfg), cfg.passes.clock
     if not plan.delayed:
         return None
-    width, lag = minutes * 60_000, plan.mature_ms - plan.cut_delay_ms
-    start = window_ms(pass_id, minutes)[0]
+    width, lag = clock.width_ms, plan.mature_ms - plan.cut_delay_ms
+    start = clock.window(pass_id)[0]
     end = -(-(start - lag + 1) // width) * width  # the window end in [start-lag+1, +width)
-    return compose_pass_id(end - width, minutes)
+    return clock.id_at(end - width)
 
 
 def _matured_labels(cfg: PipelineConfig, judged: str, through: str) -> pa.Table:
     """The final labels (event id and label columns) written from ``judged`` through
     ``through``: where ``judged``'s impressions matured."""
-    minutes, root = cfg.passes.pass_minutes, cfg.paths.data_root
+    clock, root = cfg.passes.clock, cfg.paths.data_root
     columns = ["event_id", *cfg.feature_schema.label_columns]
     tables, pass_id = [], judged
     while pass_id <= through:
@@ -116,7 +113,7 @@ def _matured_labels(cfg: PipelineConfig, judged: str, through: str) -> pa.Table:
         if is_complete(directory):
             for part in read_manifest(directory).matured_parts:
                 tables.append(pq.read_table(directory / part.file, columns=columns))
-        pass_id = next_pass_id(pass_id, minutes)
+        pass_id = clock.next(pass_id)
     if not tables:
         return pa.table(
             {c: pa.array([], pa.string() if c == "event_id" else pa.int8()) for c in columns}

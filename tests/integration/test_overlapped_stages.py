@@ -1,0 +1,157 @@
+"""Stages overlapped (``cluster.follow_passes``), a cluster member SIGKILLed in the middle.
+
+A stream of passes is built once, aside; each pass is then published into a pipeline's
+data root (a rename of the complete directory, as the builder's own is) as soon as the
+pass before it is exported, so the pass follower trains it while the one before is
+packaged and delivered on its thread (a fleetrun cluster, 1 server + 2 workers on
+loopback, in this process). The worker or the server is SIGKILLed as the workers start
+training a pass: the cluster restarts, restores the newest durable checkpoint (the
+predecessor's) and trains the pass again from it. After it: every pass was trained and
+saved once, in order; every pass served, in order, each only after its gate decision
+passed it. How often a delivery was still running when the next pass's training began is
+printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+
+from ops.pass_follower import following
+from ops.status import pass_finished
+from serving_export.delivery import registry_for
+from streamrec.config import PipelineConfig, dump_config
+from streamrec.passes import pass_dir
+from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_keys import RedisKeys
+from trainers.checkpoints import restore_chain
+from trainers.control_plane import ClusterClient
+from trainers.launcher import LocalCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+FIRST = "202608010000"
+PASSES = 5
+KILLED = 2  # the pass whose training the kill lands in: pass 1 is delivered meanwhile
+
+
+def _until(condition: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f}s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
+    cfg = make_config(join={"mode": "label_in_impression"}, synthetic={"events_per_pass": 20000})
+    return cfg, list(build_passes(cfg, FIRST, PASSES))[:PASSES]
+
+
+@pytest.mark.parametrize("role", ["TRAINER", "PSERVER"])
+def test_a_member_killed_while_the_next_pass_trains_loses_and_repeats_nothing(
+    stream, make_config, kill_mid_pass, role: str
+) -> None:
+    source, passes = stream
+    cfg = make_config(
+        join={"mode": "label_in_impression"},
+        cluster={"heartbeat_seconds": 0.2, "follow_passes": True},
+        gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
+    )
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    client = ClusterClient.from_config(cfg)
+    registry = registry_for(cfg)
+    served: list[str] = []  # each serving version as it was first seen
+    checkpoints: list[str | None] = []  # the restored chain's head, seen at the kill
+    stop_watching = threading.Event()
+
+    def watch_serving() -> None:
+        while not stop_watching.wait(0.02):
+            version = registry.serving_version()
+            if version and (not served or served[-1] != version):
+                served.append(version)
+
+    def publish(pass_id: str) -> None:
+        """The built pass, linked under a temporary name and renamed into place whole."""
+        final = pass_dir(cfg.paths.data_root, pass_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{pass_id}.publishing")
+        shutil.copytree(pass_dir(source.paths.data_root, pass_id), tmp, copy_function=os.link)
+        tmp.rename(final)
+
+    watcher = threading.Thread(target=watch_serving, daemon=True)
+    watcher.start()
+    try:
+        with LocalCluster(cfg, resolved) as cluster, following(cfg, "test"):
+            for index, pass_id in enumerate(passes):
+                if index:
+                    _until(lambda p=passes[index - 1]: client.pass_status(p).export, 120,
+                           f"pass {passes[index - 1]} exported")  # fmt: skip
+                publish(pass_id)
+                if index == KILLED:
+                    command_id = _train_command(cfg, pass_id)
+                    assert kill_mid_pass(cluster, command_id, pass_id, role, into_training_s=0)
+                    checkpoints.append(restore_chain(Path(cfg.paths.checkpoint_root))[-1].pass_id)
+            serving = registry.serving_version
+            _until(
+                lambda: all(pass_finished(client.pass_status(p), serving()) for p in passes),
+                180,
+                "every pass finished",
+            )
+    finally:
+        stop_watching.set()
+        watcher.join(timeout=5)
+    # the newest durable checkpoint at the kill was the predecessor's, and the pass killed
+    # was saved once after it: one save a pass, in order, each on the one before
+    assert checkpoints == [passes[KILLED - 1]]
+    chain = restore_chain(Path(cfg.paths.checkpoint_root))
+    assert [(c.pass_id, c.seq) for c in chain] == [(p, i) for i, p in enumerate(passes)]
+    runs = _train_runs(cfg)
+    assert {p: len(runs.get(p, [])) for p in passes} == dict.fromkeys(passes, 1), runs
+    assert sorted(passes, key=lambda p: runs[p][0]["started_at"]) == passes
+    assert served == passes, served  # each in turn: none superseded, none skipped
+    statuses = [client.pass_status(p) for p in passes]
+    for status in statuses:  # nothing served before its gate passed it
+        assert status.gate is not None and status.gate.passed, (status.pass_id, status.gate)
+        assert status.delivered is not None and status.delivered.at >= status.train.trained_at
+    overlapped = [
+        s.pass_id for s, nxt in pairwise(statuses) if s.delivered.at > nxt.train.started_at
+    ]
+    print(f"{role} killed in pass {passes[KILLED]}; delivered while the next trained: {overlapped}")
+
+
+def _train_command(cfg: PipelineConfig, pass_id: str) -> str:
+    """The id of the follower's train command of ``pass_id``, once it is submitted."""
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
+    found: list[str] = []
+
+    def submitted() -> bool:
+        for key in scan_keys(r, keys.command("*")):
+            command = r.hgetall(key)
+            if command.get("kind") == "train" and command.get("pass_id") == pass_id:
+                found.append(key.rsplit(":", 1)[-1])
+                return True
+        return False
+
+    _until(submitted, 60, f"the train command of {pass_id}")
+    return found[0]
+
+
+def _train_runs(cfg: PipelineConfig) -> dict[str, list[dict]]:
+    """The train commands that ran (not the acknowledgements of a repeat), by pass."""
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
+    runs: dict[str, list[dict]] = {}
+    for key in scan_keys(r, keys.command("*")):
+        command = r.hgetall(key)
+        if command.get("kind") == "train" and command.get("status") == "done":
+            result = json.loads(command["result"])
+            if not result.get("already_done"):
+                runs.setdefault(command["pass_id"], []).append(result)
+    return runs
