@@ -29,6 +29,11 @@ pass was delivered). While behind (after an outage), the run's own pass is not e
 each with its gate decision and day-end maintenance, and only the newest is exported and
 delivered; the runs of those passes then find them caught up and skip (`ops/catchup.py`).
 
+With `cluster.follow_passes` the cluster trains, judges and delivers each pass itself
+(`ops/pass_follower.py`), and a run is two tasks that watch it: `watch_pass` (a sensor
+until the pass is finished: delivered, rejected by the gate, or superseded) and
+`delivered` (the model asset's event; skipped when the pass was not delivered).
+
 A manual run (a trigger in the UI, `airflow dags test <date>`) covers the window that
 *ends* at its date, as Airflow infers manual data intervals: the last complete window.
 
