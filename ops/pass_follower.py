@@ -51,6 +51,7 @@ log = logging.getLogger(__name__)
 POLL_S = 0.1  # how often the next pass is looked for: a stat of its donefile
 LEASE_S = 15.0  # a follower whose process died is replaced this long after
 RETRY_S = (1.0, 30.0)  # backoff of a failed step: the first wait and the longest
+JOIN_S = 2.0  # at shutdown: the thread is a daemon and its steps idempotent, so no longer
 RETRIED = (StreamrecError, redis.RedisError, OSError)
 T = TypeVar("T")
 
@@ -227,4 +228,4 @@ def following(cfg: PipelineConfig, owner: str) -> Iterator[None]:
         yield
     finally:
         stop.set()
-        thread.join(timeout=LEASE_S)
+        thread.join(timeout=JOIN_S)  # within the service manager's grace, after the agent's

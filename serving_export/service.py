@@ -48,6 +48,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -437,10 +438,10 @@ class VersionFollower:
         once rather than at the next poll (on average half ``serving.poll_seconds`` later)."""
         while not self._stop.is_set():
             try:
-                moves = self._registry.moves()
-                while not self._stop.is_set():
-                    if moves.get_message(timeout=1.0) is not None:
-                        self._moved.set()
+                with closing(self._registry.moves()) as moves:
+                    while not self._stop.is_set():
+                        if moves.get_message(timeout=1.0) is not None:
+                            self._moved.set()
             except Exception:  # Redis away: the polls go on; subscribe again
                 log.warning("the registry's moves are not heard: polling only", exc_info=True)
                 self._stop.wait(self._cfg.poll_seconds)

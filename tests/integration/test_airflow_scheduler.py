@@ -30,6 +30,7 @@ from browser import open_page
 from killed_writer import killed_writer
 from prometheus_client.parser import text_string_to_metric_families
 from serve_process import Service
+from train_runs import train_runs
 
 from demo.live import LiveStack
 from ops.report import X_LABEL, plots
@@ -37,8 +38,6 @@ from ops.status import PassRow, pass_finished, stale_after_seconds
 from serving_export.delivery import registry_for
 from streamrec.config import derived
 from streamrec.passes import complete_passes, pass_dir
-from streamrec.redis_conn import connect, scan_keys
-from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -60,20 +59,6 @@ def _wait(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
     pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
-def _train_commands(stack: LiveStack) -> dict[str, list[dict[str, Any]]]:
-    """Every train command the cluster completed, by pass: results that trained (not the
-    'already done' acknowledgements of a repeated command)."""
-    r, keys = connect(stack.cfg.redis), RedisKeys(stack.cfg.name)
-    trained: dict[str, list[dict[str, Any]]] = {}
-    for key in scan_keys(r, keys.command("*")):
-        command = r.hgetall(key)
-        if command.get("kind") == "train" and command.get("status") == "done":
-            result = json.loads(command["result"])
-            if not result.get("already_done"):
-                trained.setdefault(command["pass_id"], []).append(result)
-    return trained
-
-
 def _trained_in_order(stack: LiveStack) -> list[str]:
     """Passes whose train command is done, in the order the cluster began training them
     (retention has removed the checkpoints of the oldest)."""
@@ -83,7 +68,7 @@ def _trained_in_order(stack: LiveStack) -> list[str]:
 
 def _starts(stack: LiveStack) -> dict[str, float]:
     """When the cluster began training each pass it trained."""
-    return {p: results[0]["started_at"] for p, results in _train_commands(stack).items()}
+    return {p: results[0]["started_at"] for p, results in train_runs(stack.cfg).items()}
 
 
 def _status(stack: LiveStack, limit: int = 20) -> tuple[int, list[PassRow], dict[str, Any]]:
@@ -194,7 +179,7 @@ def test_fifteen_second_passes_are_trained_once_in_order_while_the_scheduler_wat
     passes = _wait(finished, 120, f"every pass through {last} finished")
     trained = _trained_in_order(live)
     assert [p for p in trained if p <= last] == passes  # once each, in order, none left out
-    commands = _train_commands(live)
+    commands = train_runs(live.cfg)
     assert all(len(commands[p]) == 1 for p in passes), {p: len(commands[p]) for p in passes}
     during = [p for p in passes if stopped_at < commands[p][0]["started_at"] < restarted_at]
     assert len(during) >= OUTAGE_WINDOWS  # the cluster did not wait for the scheduler

@@ -13,7 +13,6 @@ printed."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -23,6 +22,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from train_runs import train_runs
 
 from ops.pass_follower import following
 from ops.status import pass_finished
@@ -113,7 +113,7 @@ def test_a_member_killed_while_the_next_pass_trains_loses_and_repeats_nothing(
     assert checkpoints == [passes[KILLED - 1]]
     chain = restore_chain(Path(cfg.paths.checkpoint_root))
     assert [(c.pass_id, c.seq) for c in chain] == [(p, i) for i, p in enumerate(passes)]
-    runs = _train_runs(cfg)
+    runs = train_runs(cfg)
     assert {p: len(runs.get(p, [])) for p in passes} == dict.fromkeys(passes, 1), runs
     assert sorted(passes, key=lambda p: runs[p][0]["started_at"]) == passes
     assert served == passes, served  # each in turn: none superseded, none skipped
@@ -142,16 +142,3 @@ def _train_command(cfg: PipelineConfig, pass_id: str) -> str:
 
     _until(submitted, 60, f"the train command of {pass_id}")
     return found[0]
-
-
-def _train_runs(cfg: PipelineConfig) -> dict[str, list[dict]]:
-    """The train commands that ran (not the acknowledgements of a repeat), by pass."""
-    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
-    runs: dict[str, list[dict]] = {}
-    for key in scan_keys(r, keys.command("*")):
-        command = r.hgetall(key)
-        if command.get("kind") == "train" and command.get("status") == "done":
-            result = json.loads(command["result"])
-            if not result.get("already_done"):
-                runs.setdefault(command["pass_id"], []).append(result)
-    return runs

@@ -22,17 +22,27 @@ def shipped_config_path(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def test_passes_cut_from_the_served_log_are_judged_online_beside_training(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _shipped(repo: Path) -> dict:
+    """The shipped config's YAML, with its schema and model at absolute paths."""
     raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
     raw["schema"] = str(repo / "configs" / "schema.yaml")
     raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    return raw
+
+
+def _use(raw: dict, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Write ``raw`` to ``path`` and point the DAG file at it."""
+    path.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv("STREAMREC_CONFIG", str(path))
+
+
+def test_passes_cut_from_the_served_log_are_judged_online_beside_training(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = _shipped(repo)
     raw["kafka"]["impressions_topic"] = "served"
     raw.setdefault("serving", {})["log_topic"] = "served"
-    served = tmp_path / "served.yaml"
-    served.write_text(yaml.safe_dump(raw))
-    monkeypatch.setenv("STREAMREC_CONFIG", str(served))
+    _use(raw, tmp_path / "served.yaml", monkeypatch)
     dag = _bag(repo)
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     assert "judge_online" in down["wait_pass"]
@@ -42,13 +52,9 @@ def test_passes_cut_from_the_served_log_are_judged_online_beside_training(
 def test_with_the_cluster_following_passes_each_run_watches_its_pass(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
-    raw["schema"] = str(repo / "configs" / "schema.yaml")
-    raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    raw = _shipped(repo)
     raw["cluster"]["follow_passes"] = True
-    followed = tmp_path / "followed.yaml"
-    followed.write_text(yaml.safe_dump(raw))
-    monkeypatch.setenv("STREAMREC_CONFIG", str(followed))
+    _use(raw, tmp_path / "followed.yaml", monkeypatch)
     dag = _bag(repo)
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     assert down == {"watch_pass": {"delivered"}, "delivered": set()}
