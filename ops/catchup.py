@@ -21,16 +21,12 @@ import time
 
 from ops import pass_sequence
 from serving_export.delivery import evaluate
+from streaming.slices import slice_pass_ids
 from streamrec.config import PipelineConfig
 from streamrec.contracts.catch_up import CatchUp, CaughtUp, Superseded
 from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.pass_status import PassField, read_status, record
-from streamrec.passes import (
-    complete_passes,
-    is_complete,
-    pass_dir,
-    slice_dir,
-)
+from streamrec.passes import complete_passes, is_complete, pass_dir
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
@@ -48,15 +44,13 @@ def next_pass(cfg: PipelineConfig, head: str | None) -> str | None:
         return window  # the common case, one stat: no folder listing
     if window is None and cfg.schedule is not None:
         window = clock.id_of(cfg.schedule.start)
-    later = [p for p in complete_passes(data_root) if window is None or p >= window]
+    later = complete_passes(data_root, since=window)
     if not later:
         return None
-    while window is not None and window < later[0]:
-        # a window a partition wrote a slice of will come; one nothing wrote never will,
-        # since a later pass is complete (``passes.pass_state``)
-        if slice_dir(data_root, window, 0).parent.exists():
-            return None
-        window = clock.next(window)
+    # a window between that a partition wrote a slice of will come; one nothing wrote never
+    # will, since a later pass is complete (``passes.pass_state``)
+    if window is not None and any(window <= p < later[0] for p in slice_pass_ids(data_root)):
+        return None
     return later[0]
 
 

@@ -440,8 +440,23 @@ def pass_listing(data_root: Path) -> Listing:
     return by_day(DataLayout(Path(data_root)).passes, is_pass_id)
 
 
-def complete_passes(data_root: Path) -> list[str]:
+def complete_passes(data_root: Path, since: str | None = None) -> list[str]:
     """Ids of every complete pass under ``data_root``, oldest first (a writer's temporary
-    is never one, donefile or not)."""
+    is never one, donefile or not); with ``since``, only those from that id on, found
+    without a look at an earlier day or pass (a follower asks ten times a second, beside a
+    week of passes)."""
     layout = DataLayout(Path(data_root))
-    return [p for p in pass_listing(data_root).names if is_complete(layout.pass_dir(p))]
+    if since is None:
+        names = pass_listing(data_root).names
+    else:
+        first_day = day_of(since)
+        days = [d for d in list_folder(layout.passes, is_day).names if d >= first_day]
+        names = tuple(
+            name
+            for day in days
+            for name in list_folder(
+                layout.passes / day,
+                lambda n, day=day: n >= since and is_pass_id(n) and day_of(n) == day,
+            ).names
+        )
+    return [p for p in names if is_complete(layout.pass_dir(p))]

@@ -10,6 +10,7 @@ import pytest
 from streamrec.errors import ContractError
 from streamrec.passes import (
     PassClock,
+    complete_passes,
     is_pass_keyed,
     parse_pass_id,
     pass_dir,
@@ -90,6 +91,16 @@ def test_pass_state_tells_waiting_from_never(tmp_path: Path) -> None:
     assert pass_state(tmp_path, "202601010005")[0] == "pending"
     # after the newest complete pass: the stream has not got there yet
     assert pass_state(tmp_path, "202601010020")[0] == "pending"
+
+
+def test_complete_passes_since_an_id_are_the_later_ones_of_every_day(tmp_path: Path) -> None:
+    ids = ["202601010000", "20260101000015", "202601010001", "202601012359", "202601020000"]
+    for pass_id in ids:
+        _complete(tmp_path, pass_id)
+    pass_dir(tmp_path, "202601020001").mkdir(parents=True)  # being written: not complete
+    assert complete_passes(tmp_path) == ids
+    for since in [*ids, "202601010002", "202601020001", "202512310000", "202601030000"]:
+        assert complete_passes(tmp_path, since) == [p for p in ids if p >= since], since
 
 
 def test_window_floor_rounds_down_to_a_window_start() -> None:
