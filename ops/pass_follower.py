@@ -87,7 +87,7 @@ class PassFollower:
         beside it keeps running, and the DAG flags the pass that waits."""
         try:
             while not self.stop.is_set():
-                if self._retried("take the lease", self._take_lease):
+                if self._retried("take the lease", self._take_lease, leading=False):
                     log.info("pass follower on %s leads", self._owner)
                     try:
                         self._lead()
@@ -123,6 +123,12 @@ class PassFollower:
                 log.warning("pass follower on %s lost its lease: %s", self._owner, e)
                 self._lost.set()
 
+    def give_up_lead(self) -> None:
+        """Stop renewing and release the lease, at shutdown: the next follower leads at
+        once, not a lease later (a step still running has stopped being the leader's)."""
+        self._lost.set()
+        self._release()
+
     def _release(self) -> None:
         # lapsed, or taken by another follower since: nothing to give back
         with suppress(redis.RedisError, LockError):
@@ -138,7 +144,7 @@ class PassFollower:
                 self.stop.wait(POLL_S)
                 continue
             if self._follow(nxt) is None:
-                return  # stopped
+                return  # stopped, or the lead lost
             head = nxt
         self._join_delivery()
 
@@ -148,7 +154,7 @@ class PassFollower:
 
     def _follow(self, pass_id: str) -> GateDecision | None:
         """Every step of one complete pass up to its export; its delivery is left running.
-        None once stopped."""
+        None once stopped or no longer leading."""
         trained = self._retried(f"train {pass_id}", lambda: self.client.train(pass_id))
         if trained is None:
             return None
@@ -200,10 +206,12 @@ class PassFollower:
             delivering, self._delivering = self._delivering, None
             delivering.result()
 
-    def _retried(self, what: str, step: Callable[[], T]) -> T | None:
-        """``step``'s result, retried with backoff until it succeeds; None once stopped."""
+    def _retried(self, what: str, step: Callable[[], T], leading: bool = True) -> T | None:
+        """``step``'s result, retried with backoff until it succeeds; None once stopped, or
+        once the lead is lost when the step is one of the leader's (another follower leads
+        then, and repeats what this one left)."""
         wait = RETRY_S[0]
-        while not self.stop.is_set():
+        while not self.stop.is_set() and not (leading and self._lost.is_set()):
             try:
                 return step()
             except RETRIED as e:
@@ -229,3 +237,4 @@ def following(cfg: PipelineConfig, owner: str) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(timeout=JOIN_S)  # within the service manager's grace, after the agent's
+        follower.give_up_lead()

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from train_runs import train_runs
 
+from ops.status import pass_finished
+from serving_export.delivery import registry_for
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.passes import pass_dir, read_manifest
 from streamrec.redis_conn import connect
@@ -124,6 +127,46 @@ def test_sigterm_stops_the_cluster_command_and_the_next_start_resumes(
     assert saves == [(first, "base"), (second, "delta")]
     _sigterm(proc, grace)
     assert not _until_gone(tree), "processes left after SIGTERM"
+
+
+def test_sigterm_while_the_follower_trains_stops_at_once_and_the_next_start_leads(
+    make_config, build_passes, wait_until_training
+) -> None:
+    """With the pass follower on (as shipped), SIGTERM in the middle of its training stops
+    the command within the grace and gives up its lease, so the next start leads at once
+    and trains the pass that was cut short, once."""
+    cfg: PipelineConfig = make_config(
+        join={"mode": "label_in_impression"},
+        synthetic={"events_per_pass": 30000},
+        cluster={"heartbeat_seconds": 0.2, "follow_passes": True},
+    )
+    first, second = list(build_passes(cfg, FIRST, 2))[:2]
+    config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    client = ClusterClient.from_config(cfg)
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
+    grace = cfg.cluster.stop_grace_seconds
+
+    proc, tree = _ready_cluster(config, client, cfg.cluster.workers)
+    wait_until_training(client, second)  # the follower trained the first and went on
+    took = _sigterm(proc, grace)
+    assert proc.returncode == 0, proc.stderr.read().decode()[-3000:]
+    assert not _until_gone(tree), "processes left after SIGTERM"
+    assert took < grace / 2, f"a busy cluster took {took:.1f}s to stop"
+    assert r.get(keys.pass_follower) is None  # the lease given up, not left to lapse
+    assert [c.pass_id for c in list_checkpoints(cfg.paths.checkpoint_root)] == [first]
+
+    proc, tree = _ready_cluster(config, client, cfg.cluster.workers)
+    serving = registry_for(cfg).serving_version
+    deadline = time.monotonic() + 120
+    while not all(pass_finished(client.pass_status(p), serving()) for p in (first, second)):
+        assert time.monotonic() < deadline, client.pass_status(second)
+        time.sleep(0.2)
+    _sigterm(proc, grace)
+    assert not _until_gone(tree), "processes left after SIGTERM"
+    runs = train_runs(cfg)
+    assert {p: len(runs.get(p, [])) for p in (first, second)} == {first: 1, second: 1}
+    rows = read_manifest(pass_dir(cfg.paths.data_root, second)).rows
+    assert runs[second][0]["train"]["count"] == rows
 
 
 def test_sigterm_stops_the_pass_builder_and_a_restart_completes_the_passes(
