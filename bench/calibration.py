@@ -433,7 +433,7 @@ def one_run(
         cfg,
         "the calibration run's config",
         passes={"parts_per_pass": 2},
-        cluster={"workers": args.workers},
+        cluster={"workers": args.workers, "follow_passes": False},  # it sends the commands
         model={"runner": {"sync_mode": args.sync_mode, "intercept": args.intercept}},
     )
     cfg = with_settings(cfg, args.set)

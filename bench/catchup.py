@@ -4,7 +4,8 @@ The situation after an outage of Airflow: ``--passes`` one-minute windows of a s
 complete passes on disk (built by the real broker and pass builder, ending a few minutes
 ago), and nothing has trained them. The cluster starts, then Airflow's api-server,
 scheduler and dag-processor with the DAG's schedule starting at the first window, as a
-restarted deployment would. Timed from Airflow being up until every pass is trained (its
+restarted deployment would, each run driving its passes (``cluster.follow_passes`` off).
+Timed from Airflow being up until every pass is trained (its
 checkpoint written) and the last one serves.
 
     .venv/bin/python bench/catchup.py [--passes 60] [--events-per-pass 2000]
@@ -32,7 +33,7 @@ from pipeline import bench_config, build
 from demo.live import PASS_SECONDS, live_config
 from ops.airflow_local import LocalAirflow
 from serving_export.delivery import registry_for
-from streamrec.config import dump_config
+from streamrec.config import derived, dump_config
 from streamrec.local_services import local_services
 from streamrec.passes import PassClock
 from trainers.checkpoints import list_checkpoints
@@ -53,7 +54,8 @@ def main() -> int:
         # the backlog ends a few windows before now: the runs after it wait for data
         seconds = args.passes * PASS_SECONDS + 180
         start = PassClock(PASS_SECONDS).floor(datetime.now(UTC) - timedelta(seconds=seconds))
-        cfg = live_config(cfg, start)
+        # the DAG's own catch-up: each run drives its passes (no pass follower)
+        cfg = derived(live_config(cfg, start), "the catch-up run", cluster={"follow_passes": False})
         config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
         passes = build(cfg, args.passes, start.strftime("%Y%m%d%H%M"))
         print(f"backlog: {len(passes)} complete passes, {passes[0]} to {passes[-1]}", flush=True)

@@ -3,9 +3,11 @@
     streamrec demo --live [--rate 200]
 
 Embedded broker and redis-server, a live synthetic stream timed now (1-minute passes), the
-pass builder, the fleetrun cluster, and Airflow's real api-server, scheduler and
-dag-processor running ``dags/streamrec_pass.py``: every pass is scheduled by Airflow, not by
-this process, which only prints the UI address and a status table after each window.
+pass builder, the fleetrun cluster with its pass follower (``cluster.follow_passes``: it
+trains, judges and delivers each pass as it completes), and Airflow's real api-server,
+scheduler and dag-processor running ``dags/streamrec_pass.py``, one run watching each pass
+(driving it, with the follower off). This process only prints the UI address and a status
+table after each window.
 """
 
 from __future__ import annotations
@@ -115,10 +117,15 @@ def run_live(
     """Run the live stack until ``stop`` is set (the entry frame sets it on Ctrl-C and
     SIGTERM) or ``duration_s`` has passed, printing status every window."""
     with LiveStack(cfg, rate) as stack:
+        driver = (
+            "the cluster trains each as it completes, a run of the DAG streamrec_pass watches it"
+            if stack.cfg.cluster.follow_passes
+            else "a run of the DAG streamrec_pass trains each"
+        )
         print(
             f"\nAirflow UI: {stack.airflow.url}  (login: admin / {stack.airflow.password})\n"
-            f"live stream: {rate:g} impressions/s, {PASS_SECONDS} s passes; the DAG "
-            f"streamrec_pass trains each one. Ctrl-C stops everything.\n"
+            f"live stream: {rate:g} impressions/s, {PASS_SECONDS} s passes; {driver}. "
+            f"Ctrl-C stops everything.\n"
             f"status any time: streamrec status --config {stack.config_path}\n",
             flush=True,
         )

@@ -243,6 +243,9 @@ def make_config(
             name=f"t{suffix}",
             kafka={"impressions_topic": f"impressions-{suffix}"},
             join={"clicks_topic": f"clicks-{suffix}"},
+            # the tests send the cluster its commands: a follower would train their passes
+            # first (those that test it ask for it)
+            cluster={"follow_passes": False},
             paths=PathConfig.under(root),
         )
         return derived(cfg, "the test's config", **sections)

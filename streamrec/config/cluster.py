@@ -121,10 +121,11 @@ class ClusterConfig(_Strict):
         "past it they fail, and the cluster restarts from its checkpoints once Redis is back.",
     )
     follow_passes: bool = Field(
-        False,
+        True,
         description="The cluster trains each pass the moment it is complete, judges it and "
         "delivers it off the training path (ops/pass_follower.py); the Airflow DAG then "
-        "watches each pass instead of driving it. Off: each DAG run drives its pass.",
+        "watches each pass instead of driving it. Off: each DAG run drives its pass, a "
+        "task per step, about 5 s later per pass (docs/DECISIONS.md).",
     )
     stop_grace_seconds: float = Field(
         20.0,

@@ -70,6 +70,7 @@ def _config(services, root: Path) -> PipelineConfig:
         "the conversions example, labels written early, on the test's services",
         name=f"fresh{suffix}",
         schema={**fs, "labels": labels},
+        cluster={"follow_passes": False},  # the test sends the cluster its commands
         kafka={"impressions_topic": f"impressions-{suffix}", "session_timeout_ms": 6000},
         passes={
             "allowed_lateness_seconds": 10,

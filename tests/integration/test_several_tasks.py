@@ -72,6 +72,7 @@ def _config(services, root: Path, model: str) -> PipelineConfig:
                 {**conversion, "topic": f"conversions-{suffix}", "window_seconds": 1200},
             ],
         },
+        cluster={"follow_passes": False},  # the test sends the cluster its commands
         kafka={"impressions_topic": f"impressions-{suffix}"},
         passes={"allowed_lateness_seconds": 10, "idle_partition_seconds": 3},
         paths=PathConfig.under(root),

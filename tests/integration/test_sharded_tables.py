@@ -171,6 +171,7 @@ def _config(net: Network, bootstrap: str, redis_url: str, root: Path) -> Pipelin
         ],
         node_timeout_seconds=5.0,
         heartbeat_seconds=1.0,
+        follow_passes=False,  # the test sends the cluster its commands
     )
 
     return derived(

@@ -57,6 +57,7 @@ def din(services, tmp_path_factory: pytest.TempPathFactory) -> PipelineConfig:
         name=f"din{suffix}",
         kafka={"impressions_topic": f"impressions-{suffix}"},
         join={"clicks_topic": f"clicks-{suffix}"},
+        cluster={"follow_passes": False},  # the test sends the cluster its commands
         paths=PathConfig.under(root / "din"),
         gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
     )

@@ -9,27 +9,31 @@ The stack: the embedded broker; a redis-server with an append-only file (fsync a
 restarted with its data, its default user off and one ACL user whose password every
 service and Airflow task reads from the environment; and the streamrec services through
 their CLIs (``build-passes``, ``cluster``, ``serve``) with Airflow's api-server, scheduler
-and dag-processor running dags/streamrec_pass.py. A replay producer sends ``passes``
-one-minute windows of the synthetic stream, one every ``pace_s`` seconds (event times from
-the last hour, so the scheduler's catch-up runs them as they complete), and a client sends
-``/predict`` all along.
+and dag-processor running dags/streamrec_pass.py. The cluster follows the passes
+(``cluster.follow_passes``: it trains, judges and delivers each one as it completes) and
+the DAG watches each. A replay producer sends ``passes`` one-minute windows of the
+synthetic stream, one every ``pace_s`` seconds (event times from the last hour, so the
+scheduler's catch-up runs them as they complete), and a client sends ``/predict`` all
+along.
 
 Each time one more pass is finished (served, or rejected by the gate) the driver injects
 the next fault, in a random order that goes through every kind before repeating: SIGKILL
 of the pass builder, a worker, a server, the scheduler (its process group, as systemd
-stops a unit), the task process of a running ``export``, the serving service or Redis, or
-a pause (SIGSTOP) of the broker. The driver restarts what it killed 2 s later, as a
-service manager would (the cluster restarts its own processes, Airflow retries its tasks),
-and restarts any service that exits by itself (reported: ``Restart=always``). A fault is
-recovered when the first pass whose training started after it is finished (the builder and
-the broker: when the next pass is complete; the service: when ``/readyz`` answers).
+stops a unit), ``streamrec cluster`` itself (its node agent and pass follower) while a
+pass is in flight, the serving service or Redis, or a pause (SIGSTOP) of the broker. The
+driver restarts what it killed 2 s later, as a service manager would (the cluster restarts
+its own processes, Airflow retries its tasks), and restarts any service that exits by
+itself (reported: ``Restart=always``). A fault is recovered when the first pass whose
+training started after it is finished (the builder and the broker: when the next pass is
+complete; the service: when ``/readyz`` answers; the scheduler: when a DAG run succeeds).
 
 At the end (``SoakReport.problems``): every produced impression is in exactly one trained
 pass, by event id, and every pass trained and evaluated its manifest's rows; every pass was
 trained by one command, in window order; every answered request named a delivered version
 that verifies; the mean progressive AUC is within 0.01 of an undisturbed cluster's on the
-same passes; and no file the run wrote (logs, Airflow's task logs and database, configs,
-checkpoints, artifacts) holds the Redis password.
+same passes; every window's DAG run watched it to success; and no file the run wrote
+(logs, Airflow's task logs and database, configs, checkpoints, artifacts) holds the Redis
+password.
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ from trainers.launcher import LocalCluster
 log = logging.getLogger("soak")
 REPO = Path(__file__).resolve().parents[2]
 CLI = str(Path(sys.executable).with_name("streamrec"))
-FAULTS = ["builder", "worker", "server", "scheduler", "exporter", "serving", "redis", "broker"]
+FAULTS = ["builder", "worker", "server", "scheduler", "cluster", "serving", "redis", "broker"]
 RESTART_AFTER_S = 2.0
 BROKER_PAUSE_S = 10.0
 AUC_TOLERANCE = 0.01
@@ -276,8 +280,8 @@ class RequestClient:
 
 
 def soak_config(broker: str, redis_url: str, root: Path, first: datetime) -> PipelineConfig:
-    """Labels in the impressions, 1-minute passes with 5 s lateness, Airflow scheduling from
-    ``first`` with short retries, Redis as ``REDIS_USER``."""
+    """Labels in the impressions, 1-minute passes with 5 s lateness, the cluster following
+    them, Airflow scheduling from ``first`` with short retries, Redis as ``REDIS_USER``."""
     cfg = with_services(load_config(REPO / "configs" / "pipeline.yaml"), broker, redis_url)
 
     return derived(
@@ -287,6 +291,7 @@ def soak_config(broker: str, redis_url: str, root: Path, first: datetime) -> Pip
         redis={"username": REDIS_USER, "password_env": REDIS_PASSWORD_ENV},
         join={"mode": "label_in_impression"},
         passes={"pass_seconds": 60, "allowed_lateness_seconds": 5},
+        cluster={"follow_passes": True},
         paths=PathConfig.under(root),
         schedule=ScheduleConfig(
             start=first,
@@ -428,16 +433,15 @@ class Soak:
     # faults
 
     def inject(self, kind: str) -> Fault | None:
-        """Break ``kind`` at a moment where it matters (a worker or server mid-pass, an export
-        running), restart what was killed, and wait for the recovery; None when no such
-        moment came."""
+        """Break ``kind`` at a moment where it matters (a worker, a server or the cluster's
+        agent mid-pass), restart what was killed, and wait for the recovery; None when no
+        such moment came."""
         victim, what = None, ""
         try:
-            if kind in ("worker", "server"):
+            if kind in ("worker", "server", "cluster"):
                 what = _until(self._training, 90, "a pass in training")
+            if kind in ("worker", "server"):
                 victim = self._cluster_member("TRAINER" if kind == "worker" else "PSERVER")
-            elif kind == "exporter":
-                victim, what = _until(self._export_process, 90, "a running export task")
         except (TimeoutError, RuntimeError) as e:
             log.warning("no %s fault now: %s", kind, e)
             return None
@@ -466,9 +470,13 @@ class Soak:
             time.sleep(RESTART_AFTER_S)
             self.builder.start()
             return built_more
-        if victim is not None:  # a worker, a server or an export task
+        if victim is not None:  # a worker or a server
             victim.kill()
             fault.detail = f"pid {victim.pid} during {what}"
+        elif kind == "cluster":  # its members outlive it: the restarted agent kills them
+            fault.detail = f"pid {self.cluster.kill()} (agent and follower) during {what}"
+            time.sleep(RESTART_AFTER_S)
+            self.cluster.start()
         elif kind == "scheduler":
             proc = self.airflow.procs["scheduler"]
             os.killpg(proc.pid, signal.SIGKILL)
@@ -476,6 +484,7 @@ class Soak:
             fault.detail = f"pid {proc.pid} and its task processes"
             time.sleep(RESTART_AFTER_S)
             self.airflow.start("scheduler")
+            return lambda: self._run_succeeded_after(fault.at)
         elif kind == "serving":
             fault.detail = f"pid {self.serving.kill()}"
             time.sleep(RESTART_AFTER_S)
@@ -527,15 +536,33 @@ class Soak:
                 continue
         raise RuntimeError(f"no {role} process in the cluster")
 
-    def _export_process(self) -> tuple[psutil.Process, str] | None:
-        """The task process of a running ``export`` task instance, found by its id in the
-        process title (``airflow worker -- <ti id>``)."""
-        path = "dags/streamrec_pass/dagRuns/~/taskInstances?task_id=export&state=running"
-        for ti in self.airflow.api(path)["task_instances"]:
-            for proc in psutil.process_iter(["cmdline"]):
-                if f"airflow worker -- {ti['id']}" in " ".join(proc.info["cmdline"] or []):
-                    return proc, f"{ti['dag_run_id']} try {ti['try_number']}"
-        return None
+    def dag_runs(self) -> dict[str, dict[str, Any]]:
+        """The DAG's runs by pass id."""
+        clock = self.cfg.passes.clock
+        runs = self.airflow.api("dags/streamrec_pass/dagRuns?limit=1000")["dag_runs"]
+        return {clock.id_of(datetime.fromisoformat(r["data_interval_start"])): r for r in runs}
+
+    def run_states(self, passes: list[str], timeout_s: float = 120) -> dict[str, str | None]:
+        """Each pass's DAG run state, once every one has ended or ``timeout_s`` passed (a
+        run watches its pass to the end, a poke every ``schedule.poke_seconds``)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            runs = self.dag_runs()
+            states = {p: runs.get(p, {}).get("state") for p in passes}
+            if set(states.values()) <= {"success", "failed"} or time.monotonic() > deadline:
+                return states
+            time.sleep(1)
+
+    def _run_succeeded_after(self, moment: float) -> bool:
+        """A DAG run ended in success after ``moment`` (or every pass is finished)."""
+        try:
+            runs = self.dag_runs().values()
+        except (OSError, ValueError, KeyError):  # the api-server busy or restarting
+            return False
+        return any(
+            r["state"] == "success" and datetime.fromisoformat(r["end_date"]).timestamp() > moment
+            for r in runs
+        )
 
     # the run
 
@@ -623,6 +650,8 @@ class Soak:
         }
         if failures:
             problems.append(f"requests failed: {failures}")
+        if failed := {p: s for p, s in self.run_states(passes).items() if s != "success"}:
+            problems.append(f"DAG runs not successful: {failed}")
         auc = _mean_auc(passes, {p: rs[0]["test"]["auc"] for p, rs in trained.items() if rs})
         undisturbed = _mean_auc(passes, self.undisturbed(passes))
         if not abs(auc - undisturbed) <= AUC_TOLERANCE:  # NaN (no AUC) fails too

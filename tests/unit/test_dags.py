@@ -30,31 +30,37 @@ def _shipped(repo: Path) -> dict:
     return raw
 
 
+def _driving(repo: Path) -> dict:
+    """The shipped config with each DAG run driving its pass (``cluster.follow_passes`` off)."""
+    raw = _shipped(repo)
+    raw["cluster"]["follow_passes"] = False
+    return raw
+
+
 def _use(raw: dict, path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Write ``raw`` to ``path`` and point the DAG file at it."""
     path.write_text(yaml.safe_dump(raw))
     monkeypatch.setenv("STREAMREC_CONFIG", str(path))
 
 
+@pytest.mark.parametrize("follow, first", [(True, "watch_pass"), (False, "wait_pass")])
 def test_passes_cut_from_the_served_log_are_judged_online_beside_training(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, follow: bool, first: str
 ) -> None:
     raw = _shipped(repo)
+    raw["cluster"]["follow_passes"] = follow
     raw["kafka"]["impressions_topic"] = "served"
     raw.setdefault("serving", {})["log_topic"] = "served"
     _use(raw, tmp_path / "served.yaml", monkeypatch)
     dag = _bag(repo)
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
-    assert "judge_online" in down["wait_pass"]
+    assert "judge_online" in down[first]
     assert down["judge_online"] == set()  # beside training, never holding delivery
 
 
-def test_with_the_cluster_following_passes_each_run_watches_its_pass(
-    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_as_shipped_the_cluster_follows_the_passes_and_each_run_watches_its_pass(
+    repo: Path,
 ) -> None:
-    raw = _shipped(repo)
-    raw["cluster"]["follow_passes"] = True
-    _use(raw, tmp_path / "followed.yaml", monkeypatch)
     dag = _bag(repo)
     down = {t.task_id: set(t.downstream_task_ids) for t in dag.tasks}
     assert down == {"watch_pass": {"delivered"}, "delivered": set()}
@@ -71,7 +77,10 @@ def _bag(repo: Path):
     return bag.dags["streamrec_pass"]  # from the parsed files, no metadata DB needed
 
 
-def test_dags_import_and_pass_dag_shape(repo: Path) -> None:
+def test_with_runs_driving_the_passes_the_dag_has_a_task_per_step(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _use(_driving(repo), tmp_path / "driving.yaml", monkeypatch)
     dag = _bag(repo)
     assert set(dag.task_ids) == {
         "wait_pass",
@@ -150,9 +159,7 @@ def test_dag_parses_with_only_its_own_secrets_set(
 ) -> None:
     """The scheduler and the DAG's tasks never read the serving token, and parsing the DAG
     reads no secret at all: a secret is checked where a process reads it."""
-    raw = yaml.safe_load((repo / "configs" / "pipeline.yaml").read_text())
-    raw["schema"] = str(repo / "configs" / "schema.yaml")
-    raw["model"] = str(repo / "configs" / "models" / "ctr_dnn.yaml")
+    raw = _driving(repo)  # the mode whose tasks read the most
     raw["redis"] = {**raw["redis"], "url": "redis://db:6379/0", "password_env": "SR_TEST_PW"}
     raw["serving"] = {**raw.get("serving", {}), "bearer_token_env": "SR_TEST_TOKEN"}
     config = tmp_path / "p.yaml"
