@@ -1,13 +1,16 @@
 """Freshness of the whole pipeline against the doc-style reference, on one live stream.
 
 A live synthetic stream (``--rate`` impressions/s, Poisson arrivals, labels in the
-impressions) goes to the embedded broker; passes are one minute with 5 s allowed lateness.
+impressions) goes to the embedded broker; passes are one minute (``--pass-seconds``) with
+5 s allowed lateness.
 On the same events, in the same run:
 
-- **streamrec** as a user runs it: ``streamrec build-passes``, ``streamrec cluster``,
-  Airflow's real api-server, scheduler and dag-processor running dags/streamrec_pass.py
-  (sensor, train, gate, export, deliver) and ``streamrec serve``, whose ``GET /version``
-  this script polls every 0.05 s: a pass is served when /version first names it.
+- **streamrec** as a user runs it: ``streamrec build-passes``, ``streamrec cluster`` (as
+  shipped, its pass follower trains, judges and delivers each pass; ``--follow-passes off``
+  leaves each pass to its DAG run's tasks), Airflow's real api-server, scheduler and
+  dag-processor running dags/streamrec_pass.py, and ``streamrec serve``, whose
+  ``GET /version`` this script polls every 0.05 s: a pass is served when /version first
+  names it.
 - **the reference** (bench/reference_pipeline.py): a consumer writes each window's events to
   text files; after the window's end plus the lateness a fresh fleetrun job loads the last
   checkpoint, trains with ``train_from_dataset``, saves and exports an inference model. It
@@ -24,11 +27,16 @@ CPU per 1k events counts from the first measured window's start until the pipeli
 the last one, so both sides include the warm-up pass's training and a few seconds of the
 next window's ingestion: a little high, on both alike.
 
-    .venv/bin/python bench/e2e.py [--rate 200] [--passes 10]
+    .venv/bin/python bench/e2e.py [--rate 200] [--passes 10] [--pass-seconds 60]
     .venv/bin/python bench/e2e.py --sweep 500,2000,5000,10000,20000 [--passes 3]
 
-Ends with ``RESULT freshness_p50_s``, ``overhead_p50_s`` (streamrec's) and
-``freshness_ratio`` (streamrec's p50 over the reference's).
+``--pass-seconds`` sets ``passes.pass_seconds`` for both (the reference cuts the same
+windows). The warm-up pass is the first window starting ``START_UP_S`` after the stream, so
+that both pipelines are up before it even with 15-second windows.
+
+Ends with ``RESULT freshness_p50_s``, ``overhead_p50_s`` (streamrec's),
+``freshness_ratio`` (streamrec's p50 over the reference's) and ``event_to_served_p50_s``
+and ``_p99_s`` for both.
 
 **The sweep** runs each pipeline alone at each rate, from the lowest, on fresh services
 each time: the machine to itself with the producer and the broker, which is the ceiling a
@@ -62,7 +70,7 @@ import urllib.request
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +100,9 @@ MAX_FRESHNESS_P50_S = 60.0  # a rate is sustained only with freshness p50 under 
 # trained to served varies by ~7 s from pass to pass at 10,000 events/s (7.8, 12.5, 14.6 s
 # in one run) with nothing queued: one pass's jump is jitter, a growth at every step is not
 BEHIND_STEP_S = 2.0
+# the warm-up pass is the first window starting this long after the stream: both pipelines
+# are up by then (26 s measured with 15-second windows, whose next window began too soon)
+START_UP_S = 45
 BEHIND_SLACK_S = 6.0
 
 
@@ -213,10 +224,12 @@ def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen, timeout_
         time.sleep(0.5)
 
 
-def e2e_config(services: LocalServices, root: Path, stream_start: datetime) -> PipelineConfig:
-    """The benches' config (labels in the impressions) with the live mode's passes (1 minute,
-    5 s lateness) and Airflow's schedule from the stream's first window."""
-    return live_config(bench_config(services, root, OURS), stream_start)
+def e2e_config(
+    services: LocalServices, root: Path, stream_start: datetime, pass_seconds: int = 60
+) -> PipelineConfig:
+    """The benches' config (labels in the impressions) with the live mode's passes
+    (``pass_seconds``, 5 s lateness) and Airflow's schedule from the stream's first window."""
+    return live_config(bench_config(services, root, OURS), stream_start, pass_seconds)
 
 
 def start_streamrec(
@@ -454,7 +467,8 @@ def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
             f" {_after(o.get('served'), end)} {auc} | {'':9} {t.get('rows', 0):>6}"
             f" {_after(t.get('started'), end)} {_after(t.get('done'), end)}"
         )
-    print(f"\nmeasured: {len(measured)} one-minute passes, stream {seen.rate:g} impressions/s")
+    seconds = seen.cfg.passes.clock.seconds
+    print(f"\nmeasured: {len(measured)} passes of {seconds} s, stream {seen.rate:g} impressions/s")
     names = list(outcomes)
     print(f"  {'':<24}" + "".join(f"{n:>12}" for n in names))
     keys = list(dict.fromkeys(k for o in outcomes.values() for k in o.figures))
@@ -484,9 +498,11 @@ def run(
     root: Path,
     pipelines: tuple[str, ...] = (OURS, REFERENCE),
     follow: bool | None = None,
+    pass_seconds: int = 60,
 ) -> dict[str, Outcome]:
-    """Both pipelines (or those named) on one live stream of ``rate`` impressions/s; with
-    ``follow``, ``cluster.follow_passes`` set so (None: as shipped)."""
+    """Both pipelines (or those named) on one live stream of ``rate`` impressions/s, in
+    passes of ``pass_seconds``; with ``follow``, ``cluster.follow_passes`` set so (None: as
+    shipped)."""
     logs = root / "logs"
     logs.mkdir(parents=True)
     with ExitStack() as stack:
@@ -498,13 +514,13 @@ def run(
             else:
                 meter.add(SHARED, "broker", child.pid)
         stream_start = datetime.now(UTC)
-        cfg = e2e_config(services, root, stream_start)
+        cfg = e2e_config(services, root, stream_start, pass_seconds)
         if follow is not None:
             cfg = derived(cfg, "--follow-passes", cluster={"follow_passes": follow})
         print(f"cluster.follow_passes: {cfg.cluster.follow_passes}", flush=True)
         config_path = dump_config(cfg, root / OURS / "pipeline.yaml")
         clock = cfg.passes.clock
-        warmup = clock.next(clock.id_of(stream_start))
+        warmup = clock.next(clock.id_of(stream_start + timedelta(seconds=START_UP_S)))
         measured = [clock.next(warmup)]
         while len(measured) < passes:
             measured.append(clock.next(measured[-1]))
@@ -581,7 +597,7 @@ def run(
         return outcomes
 
 
-def sweep(rates: list[float], passes: int, root: Path, out: Path) -> None:
+def sweep(rates: list[float], passes: int, root: Path, out: Path, pass_seconds: int = 60) -> None:
     """``run`` of each pipeline alone at each rate, fresh services each time; a pipeline
     that does not sustain a rate runs no higher one. The side-by-side table, the charts,
     the RESULT lines."""
@@ -592,7 +608,9 @@ def sweep(rates: list[float], passes: int, root: Path, out: Path) -> None:
             break
         results[rate] = {}
         for name in active:
-            results[rate] |= run(rate, passes, root / f"rate-{rate:g}-{name}", (name,))
+            results[rate] |= run(
+                rate, passes, root / f"rate-{rate:g}-{name}", (name,), pass_seconds=pass_seconds
+            )
         active = [n for n in active if results[rate][n].sustained]
     columns = [
         ("events/s trained", "{:.0f}"),
@@ -679,7 +697,10 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rate", type=float, default=200, help="impressions per second")
-    parser.add_argument("--passes", type=int, default=10, help="measured one-minute passes")
+    parser.add_argument("--passes", type=int, default=10, help="measured passes")
+    parser.add_argument(
+        "--pass-seconds", type=int, default=60, help="passes.pass_seconds (10-30, or minutes)"
+    )
     parser.add_argument(
         "--sweep", help="comma-separated rates, e.g. 500,2000,5000,10000,20000: the ceilings"
     )
@@ -700,10 +721,10 @@ def main() -> int:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         if args.sweep:
             rates = sorted(float(r) for r in args.sweep.split(","))
-            sweep(rates, args.passes, root, args.out.resolve())
+            sweep(rates, args.passes, root, args.out.resolve(), args.pass_seconds)
             return 0
         follow = None if args.follow_passes is None else args.follow_passes == "on"
-        outcomes = run(args.rate, args.passes, root, follow=follow)
+        outcomes = run(args.rate, args.passes, root, follow=follow, pass_seconds=args.pass_seconds)
     ours, theirs = outcomes[OURS].figures, outcomes[REFERENCE].figures
     print(f"RESULT freshness_p50_s {ours['freshness p50 s']:.1f}")
     print(f"RESULT overhead_p50_s {ours['overhead p50 s']:.1f}")
