@@ -9,26 +9,41 @@ training a pass: the cluster restarts, restores the newest durable checkpoint (t
 predecessor's) and trains the pass again from it. After it: every pass was trained and
 saved once, in order; every pass served, in order, each only after its gate decision
 passed it. How often a delivery was still running when the next pass's training began is
-printed."""
+printed.
+
+The builder (``streamrec build-passes``) is SIGKILLed too, while the follower trains a
+pass it built and windows after it stream in, and started again a second later: every
+produced impression is in exactly one pass, every pass trained once and in order, and
+every version served in order after its gate passed it."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from train_runs import train_runs
 
 from ops.pass_follower import following
 from ops.status import pass_finished
 from serving_export.delivery import registry_for
+from streaming.producer import (
+    ensure_event_topics,
+    make_producer,
+    messages_for,
+    send_messages,
+    synthetic_passes,
+)
 from streamrec.config import PipelineConfig, dump_config
-from streamrec.passes import pass_dir
+from streamrec.passes import complete_passes, pass_dir, read_manifest
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import restore_chain
@@ -142,3 +157,82 @@ def _train_command(cfg: PipelineConfig, pass_id: str) -> str:
 
     _until(submitted, 60, f"the train command of {pass_id}")
     return found[0]
+
+
+BUILT_FIRST = "202608020000"
+PACE_S = 3.0  # between windows: the builder still reads and writes while passes train
+
+
+def test_the_builder_killed_while_passes_train_loses_and_repeats_nothing(
+    make_config, wait_until_training
+) -> None:
+    cfg = make_config(
+        join={"mode": "label_in_impression"},
+        synthetic={"events_per_pass": 20000},
+        cluster={"heartbeat_seconds": 0.2, "follow_passes": True},
+        gate={"min_auc": 0.0, "max_auc_drop": 1.0, "min_rows": 1},
+    )
+    resolved = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
+    client = ClusterClient.from_config(cfg)
+    serving = registry_for(cfg).serving_version
+    ensure_event_topics(cfg)
+    windows, produced = [], set()
+    log = open(Path(cfg.paths.work_root) / "builder.log", "ab")  # noqa: SIM115
+    command = [str(Path(sys.executable).with_name("streamrec")), "build-passes"]
+    command += ["--config", str(resolved)]
+
+    def builder() -> subprocess.Popen:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def produce() -> None:
+        producer = make_producer(cfg.kafka)
+        for index, (pass_id, batch) in enumerate(synthetic_passes(cfg, BUILT_FIRST, PASSES)):
+            send_messages(producer, messages_for(cfg, batch))
+            if index < PASSES:  # not the tail that closes the last window
+                produced.update(e["event_id"] for e in batch.events)
+                windows.append(pass_id)
+            time.sleep(PACE_S)
+        producer.close()
+
+    proc = builder()
+    try:
+        with LocalCluster(cfg, resolved), following(cfg, "test"):
+            stream = threading.Thread(target=produce, daemon=True)
+            stream.start()
+            _until(lambda: len(windows) > KILLED, 120, f"window {KILLED} produced")
+            wait_until_training(client, windows[KILLED])
+            built = complete_passes(cfg.paths.data_root)
+            proc.kill()
+            proc.wait()
+            time.sleep(1)
+            proc = builder()
+            stream.join(timeout=120)
+            _until(
+                lambda: all(pass_finished(client.pass_status(p), serving()) for p in windows),
+                180,
+                "every pass finished",
+            )
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+    assert len(windows) == PASSES
+    print(f"builder killed as {windows[KILLED]} trained, with {len(built)} passes complete")
+    assert windows[KILLED] in built and windows[-1] not in built  # later ones still read
+    seen: dict[str, str] = {}
+    for pass_id in windows:
+        directory = pass_dir(cfg.paths.data_root, pass_id)
+        for part in read_manifest(directory).parts:
+            for event_id in pq.read_table(directory / part.file)["event_id"].to_pylist():
+                assert event_id not in seen, f"{event_id} in {seen[event_id]} and {pass_id}"
+                seen[event_id] = pass_id
+    assert set(seen) == produced
+    runs = train_runs(cfg)
+    assert {p: len(runs.get(p, [])) for p in windows} == dict.fromkeys(windows, 1), runs
+    assert sorted(windows, key=lambda p: runs[p][0]["started_at"]) == windows
+    delivered = [s for p in windows if (s := client.pass_status(p)).delivered is not None]
+    assert delivered and delivered[-1].pass_id == windows[-1]
+    for status in delivered:  # nothing served before its gate passed it
+        assert status.gate is not None and status.gate.passed, (status.pass_id, status.gate)
+        assert status.delivered.at >= status.train.trained_at
+    assert [s.delivered.at for s in delivered] == sorted(s.delivered.at for s in delivered)
