@@ -1,5 +1,5 @@
 """
-### streamrec_pass: train, gate and deliver one pass
+### streamrec_pass: one pass, watched or driven
 
 One run per pass window, in order: the run's data interval **is** the pass's event-time
 window (a `DeltaDataIntervalTimetable` of `passes.pass_seconds` from `schedule.start`,
@@ -8,6 +8,14 @@ for passes under a minute). Catch-up is on and one run is active at a time, so w
 missed while Airflow, the builder or the cluster was down are run afterwards, oldest first.
 Every task depends on its previous run: a run that failed holds the later ones until it is
 cleared, so no pass is ever skipped.
+
+As shipped (`cluster.follow_passes`, on by default) the cluster trains, judges and
+delivers each pass itself the moment it is complete (`ops/pass_follower.py`), and a run is
+two tasks that watch it: `watch_pass` (a sensor until the pass is finished: delivered,
+rejected by the gate, or superseded) and `delivered` (the model asset's event; skipped when
+the pass was not delivered), with `judge_online` beside them where there is a served log.
+
+With `cluster.follow_passes: false` each run drives its pass, a task per step:
 
 | task | calls | outcome |
 | --- | --- | --- |
@@ -28,11 +36,6 @@ pass was delivered). While behind (after an outage), the run's own pass is not e
 `catch_up` trains up to `schedule.catchup_passes` complete passes after it, oldest first,
 each with its gate decision and day-end maintenance, and only the newest is exported and
 delivered; the runs of those passes then find them caught up and skip (`ops/catchup.py`).
-
-With `cluster.follow_passes` the cluster trains, judges and delivers each pass itself
-(`ops/pass_follower.py`), and a run is two tasks that watch it: `watch_pass` (a sensor
-until the pass is finished: delivered, rejected by the gate, or superseded) and
-`delivered` (the model asset's event; skipped when the pass was not delivered).
 
 A manual run (a trigger in the UI, `airflow dags test <date>`) covers the window that
 *ends* at its date, as Airflow infers manual data intervals: the last complete window.

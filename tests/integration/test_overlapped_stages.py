@@ -12,7 +12,9 @@ passed it. How often a delivery was still running when the next pass's training 
 printed.
 
 The builder (``streamrec build-passes``) is SIGKILLed too, while the follower trains a
-pass it built and windows after it stream in, and started again a second later: every
+pass it built and windows after it stream in (each window is sent once the pass two
+before it is trained, and the one after the kill only after it, so the builder reads while
+passes train however loaded the machine), and started again a second later: every
 produced impression is in exactly one pass, every pass trained once and in order, and
 every version served in order after its gate passed it."""
 
@@ -160,11 +162,18 @@ def _train_command(cfg: PipelineConfig, pass_id: str) -> str:
 
 
 BUILT_FIRST = "202608020000"
-PACE_S = 3.0  # between windows: the builder still reads and writes while passes train
+AHEAD = 2  # windows sent beyond the newest pass trained
+
+
+def _training_or_trained(client: ClusterClient, pass_id: str) -> bool:
+    states = {w.state for w in client.live_workers()}
+    return (
+        any(s.startswith(f"train {pass_id}") for s in states) or client.pass_status(pass_id).trained
+    )
 
 
 def test_the_builder_killed_while_passes_train_loses_and_repeats_nothing(
-    make_config, wait_until_training
+    make_config,
 ) -> None:
     cfg = make_config(
         join={"mode": "label_in_impression"},
@@ -177,6 +186,7 @@ def test_the_builder_killed_while_passes_train_loses_and_repeats_nothing(
     serving = registry_for(cfg).serving_version
     ensure_event_topics(cfg)
     windows, produced = [], set()
+    killed = threading.Event()
     log = open(Path(cfg.paths.work_root) / "builder.log", "ab")  # noqa: SIM115
     command = [str(Path(sys.executable).with_name("streamrec")), "build-passes"]
     command += ["--config", str(resolved)]
@@ -187,11 +197,15 @@ def test_the_builder_killed_while_passes_train_loses_and_repeats_nothing(
     def produce() -> None:
         producer = make_producer(cfg.kafka)
         for index, (pass_id, batch) in enumerate(synthetic_passes(cfg, BUILT_FIRST, PASSES)):
+            if index >= AHEAD:
+                behind = windows[index - AHEAD]
+                _until(lambda p=behind: client.pass_status(p).trained, 300, f"{behind} trained")
+            if index == KILLED + AHEAD:
+                _until(killed.is_set, 300, "the builder killed")
             send_messages(producer, messages_for(cfg, batch))
             if index < PASSES:  # not the tail that closes the last window
                 produced.update(e["event_id"] for e in batch.events)
                 windows.append(pass_id)
-            time.sleep(PACE_S)
         producer.close()
 
     proc = builder()
@@ -200,10 +214,11 @@ def test_the_builder_killed_while_passes_train_loses_and_repeats_nothing(
             stream = threading.Thread(target=produce, daemon=True)
             stream.start()
             _until(lambda: len(windows) > KILLED, 120, f"window {KILLED} produced")
-            wait_until_training(client, windows[KILLED])
+            _until(lambda: _training_or_trained(client, windows[KILLED]), 300, "its training")
             built = complete_passes(cfg.paths.data_root)
             proc.kill()
             proc.wait()
+            killed.set()
             time.sleep(1)
             proc = builder()
             stream.join(timeout=120)
@@ -217,8 +232,8 @@ def test_the_builder_killed_while_passes_train_loses_and_repeats_nothing(
         proc.wait(60)
         log.close()
     assert len(windows) == PASSES
-    print(f"builder killed as {windows[KILLED]} trained, with {len(built)} passes complete")
-    assert windows[KILLED] in built and windows[-1] not in built  # later ones still read
+    print(f"builder killed as {windows[KILLED]} trained, {len(built)} passes complete")
+    assert built == windows[: KILLED + 1]  # the later windows were still to come
     seen: dict[str, str] = {}
     for pass_id in windows:
         directory = pass_dir(cfg.paths.data_root, pass_id)
