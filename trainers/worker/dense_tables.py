@@ -6,6 +6,11 @@ away from the cluster. ``pull`` fetches them; ``settle`` pulls until two pulls a
 save or an export never catches the servers mid-update; ``push`` writes parameters into
 them. Fleet has no public dense-only pull or push: these are fleet's own
 (``the_one_ps._pull_dense`` and ``_init_params``, Paddle 2.6.2), reached through its runtime.
+
+Only training leaves updates in flight (the communicators send gradients on their own
+threads); a push is synchronous (``PushDenseParamSync``). So once settled, the tables stay
+settled until the next training read (``training_ran``): a pass's later settles (the refit's,
+the save's, the export's) returned at once, where each waited two pulls and 0.05 s.
 """
 
 from __future__ import annotations
@@ -18,6 +23,10 @@ from typing import Any
 import numpy as np
 
 log = logging.getLogger(__name__)
+
+# whether this process has trained since its last settle (at start: unknown, so yes); the
+# dense tables are fleet's, one per worker process
+_trained_since_settle = True
 
 
 def _fleet_tables() -> tuple[Any, Any, Any, Any, Any]:
@@ -87,9 +96,20 @@ def digest() -> str:
     return sha.hexdigest()
 
 
+def training_ran() -> None:
+    """A training read ran in this process: the next ``settle`` waits for its updates."""
+    global _trained_since_settle
+    _trained_since_settle = True
+
+
 def settle(interval_s: float = 0.05, timeout_s: float = 60.0) -> float:
     """Pull until two pulls ``interval_s`` apart are equal (the communicators' queues are
-    drained); the seconds it took. Logs and returns after ``timeout_s`` if they never are."""
+    drained); the seconds it took. Logs and returns after ``timeout_s`` if they never are.
+    Returns 0 at once when no training ran here since the last settle."""
+    global _trained_since_settle
+    if not _trained_since_settle:
+        return 0.0
+    _trained_since_settle = False  # a timeout too: what is in flight then never lands
     started = time.monotonic()
     previous = pull()
     while time.monotonic() - started < timeout_s:

@@ -25,6 +25,7 @@ from streamrec.layout import Layout
 from streamrec.passes import RowKind
 from trainers.metrics import STAT_NAMES, stats_from_predictions
 from trainers.models import AUC_BUCKETS, TaskGraph
+from trainers.worker import dense_tables
 from trainers.worker.instance_dump import point_dump, read_dump
 from trainers.worker.worker_context import WorkerContext
 
@@ -176,6 +177,10 @@ def run_read(
         rounds.begin()
     if ctx.average is not None and phase == "train" and ctx.chain:
         ctx.average.begin()  # a fresh model keeps its last iterate: nothing to sum
+    if phase == "train":
+        dense_tables.training_ran()
+    else:  # the scoring program's device worker reads the dense parameters from the scope
+        dense_tables.pull()
     if dataset is not None:
         run = ctx.exe.infer_from_dataset if phase == "test" else ctx.exe.train_from_dataset
         run(program=program, dataset=dataset, debug=False)

@@ -281,6 +281,7 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> ScoreReply:
             batch = scoring_batch_size(ctx.cfg.model.runner)
             dataset = in_memory_dataset(ctx, mine, threads, command, batch, ins_id=True)
             try:
+                dense_tables.pull()  # the scoring program reads them from the scope
                 ctx.exe.infer_from_dataset(program=program, dataset=dataset, debug=False)
             finally:
                 dataset.release_memory()
