@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -41,6 +42,7 @@ from streamrec.contracts.catch_up import Superseded
 from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.pass_status import PassField, read_status, record
 from streamrec.errors import StreamrecError
+from streamrec.passes import is_complete, pass_dir
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import restore_chain
@@ -48,7 +50,11 @@ from trainers.control_plane import ClusterClient
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.1  # how often the next pass is looked for: a stat of its donefile
+# how often the next pass is looked for (``next_pass``: a stat of its donefile, else a
+# listing of the day's passes, which finds a pass after a gap), and between those how often
+# the next window's donefile alone is: at 0.1 s alone it added 0.05 s on average to every
+# pass's path to serving; the waiting loop costs 0.8% of a core at 25 ms (1.4% at 10 ms)
+POLL_S, STAT_S = 0.1, 0.025
 LEASE_S = 15.0  # a follower whose process died is replaced this long after
 RETRY_S = (1.0, 30.0)  # backoff of a failed step: the first wait and the longest
 JOIN_S = 2.0  # at shutdown: the thread is a daemon and its steps idempotent, so no longer
@@ -141,12 +147,21 @@ class PassFollower:
         while not self.stop.is_set() and not self._lost.is_set():
             nxt = next_pass(self.cfg, head)
             if nxt is None:
-                self.stop.wait(POLL_S)
+                self._watch_next_window(head)
                 continue
             if self._follow(nxt) is None:
                 return  # stopped, or the lead lost
             head = nxt
         self._join_delivery()
+
+    def _watch_next_window(self, head: str | None) -> None:
+        """Wait up to ``POLL_S``, returning early once the window after ``head`` is a
+        complete pass."""
+        window = self.cfg.passes.clock.next(head) if head is not None else None
+        deadline = time.monotonic() + POLL_S
+        while not self.stop.wait(STAT_S) and time.monotonic() < deadline:
+            if window is not None and is_complete(pass_dir(self.cfg.paths.data_root, window)):
+                return
 
     def _finished(self, pass_id: str) -> bool:
         status = read_status(self._r, self._keys, pass_id)

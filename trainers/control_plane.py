@@ -47,6 +47,11 @@ CommandKind = Literal["train", "maintain", "export", "score", "stop"]
 RESTARTABLE: tuple[CommandKind, ...] = ("train", "maintain")  # undone past a restored save
 UNMARKED: tuple[CommandKind, ...] = ("score", "stop")  # run every time: no done marker
 WORKER = "worker"
+# a waiting client looks for the command's result every DONE_POLL_S (a small pass's train
+# and export commands take 0.1-1 s; at 50 ms each wait added 25 ms on average to a pass's
+# path to serving) and at the workers' heartbeats (a scan of their keys) every
+# LIVENESS_EVERY_S: a cluster gone is judged over seconds, not milliseconds
+DONE_POLL_S, LIVENESS_EVERY_S = 0.01, 0.5
 # in every member's environment: Redis time (ms) when this run of the cluster started, the
 # cluster generation it belongs to, and the node (host) it runs on
 STARTED_ENV = "STREAMREC_CLUSTER_STARTED_MS"
@@ -119,9 +124,10 @@ class ClusterClient:
     def wait(self, command_id: str, timeout_s: float | None = None) -> dict[str, Any]:
         """Block until the command is done; its result. Raises on failure or timeout."""
         no_worker_since: float | None = None  # since when no worker has sent a heartbeat
+        looked = 0.0  # when the workers' heartbeats were last looked at
 
         def result() -> dict[str, Any] | None:
-            nonlocal no_worker_since
+            nonlocal no_worker_since, looked
             state = self._r.hgetall(self._keys.command(command_id))
             if state.get("status") == "done":
                 return json.loads(state.get("result") or "{}")
@@ -130,6 +136,9 @@ class ClusterClient:
                     f"command {command_id} ({state.get('kind')} {state.get('pass_id')}) "
                     f"failed on the cluster: {state.get('error')}"
                 )
+            if time.monotonic() - looked < LIVENESS_EVERY_S:
+                return None
+            looked = time.monotonic()
             if self.live_workers() or self._restarting():
                 no_worker_since = None
                 return None
@@ -143,8 +152,7 @@ class ClusterClient:
                 )
             return None
 
-        # a small pass's command takes about a second: polled every 50 ms
-        done = poll_until(result, timeout_s or self._timeout, 0.05)
+        done = poll_until(result, timeout_s or self._timeout, DONE_POLL_S)
         if done is None:
             raise CommandTimeout(f"command {command_id} did not finish within the timeout")
         return done
