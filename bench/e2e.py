@@ -28,7 +28,16 @@ the last one, so both sides include the warm-up pass's training and a few second
 next window's ingestion: a little high, on both alike.
 
     .venv/bin/python bench/e2e.py [--rate 200] [--passes 10] [--pass-seconds 60]
+                                  [--join click_join [--label-window 10]]
     .venv/bin/python bench/e2e.py --sweep 500,2000,5000,10000,20000 [--passes 3]
+
+``--join click_join``: the click comes on its own topic, within ``--label-window`` seconds
+of its impression (the live demo's clicks come 3 s after it on average). Ours trains each
+impression at once as a negative and each click as a positive duplicate when it comes
+(``emit: at_once``); the reference joins before it writes, holding each window until its
+end plus the label window plus the lateness. Per event is then reported for each
+impression and for each click (over the clicks whose impression and click both fall in
+the measured windows, the same for both pipelines).
 
 ``--pass-seconds`` sets ``passes.pass_seconds`` for both (the reference cuts the same
 windows). The warm-up pass is the first window starting ``START_UP_S`` after the stream, so
@@ -36,7 +45,9 @@ that both pipelines are up before it even with 15-second windows.
 
 Ends with ``RESULT freshness_p50_s``, ``overhead_p50_s`` (streamrec's),
 ``freshness_ratio`` (streamrec's p50 over the reference's) and ``event_to_served_p50_s``
-and ``_p99_s`` for both.
+and ``_p99_s`` for both (the reference's ending ``_reference``); with ``--join
+click_join`` each name ends ``_click_join`` (before ``_reference``), with
+``click_to_served_p50_s`` and ``_p99_s`` beside them.
 
 **The sweep** runs each pipeline alone at each rate, from the lowest, on fresh services
 each time: the machine to itself with the producer and the broker, which is the ceiling a
@@ -94,6 +105,10 @@ from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient
 
 OURS, REFERENCE, SHARED = "streamrec", "reference", "broker"
+IMPRESSION, CLICK_JOIN = "label_in_impression", "click_join"  # --join: where labels come from
+# click_join's label window: the live demo's (its clicks come 3 s after their impression on
+# average); the reference waits it out before each window's job
+LABEL_WINDOW_S = 10
 MAX_FRESHNESS_P50_S = 60.0  # a rate is sustained only with freshness p50 under this
 # falling behind: every pass later after its window than the one before it by more than
 # BEHIND_STEP_S, the last more than BEHIND_SLACK_S later than the first. The lag from
@@ -104,6 +119,12 @@ BEHIND_STEP_S = 2.0
 # are up by then (26 s measured with 15-second windows, whose next window began too soon)
 START_UP_S = 45
 BEHIND_SLACK_S = 6.0
+# the producer sends what happened every this often: a real one sends each event as it
+# happens (kafka-python's linger_ms 0). At 0.5 s (produce_live's default) an event waited
+# 0.25 s on average before it was sent, and a window was complete only at the first send
+# after its end plus the lateness: an event-time watermark paid up to 0.5 s that the
+# reference, which closes its windows by the wall clock, did not
+PRODUCER_TICK_S = 0.1
 
 
 @dataclass
@@ -225,11 +246,27 @@ def _wait(what: str, ready: Callable[[], bool], proc: subprocess.Popen, timeout_
 
 
 def e2e_config(
-    services: LocalServices, root: Path, stream_start: datetime, pass_seconds: int = 60
+    services: LocalServices,
+    root: Path,
+    stream_start: datetime,
+    pass_seconds: int = 60,
+    join: str = IMPRESSION,
+    label_window_s: int = LABEL_WINDOW_S,
 ) -> PipelineConfig:
-    """The benches' config (labels in the impressions) with the live mode's passes
-    (``pass_seconds``, 5 s lateness) and Airflow's schedule from the stream's first window."""
-    return live_config(bench_config(services, root, OURS), stream_start, pass_seconds)
+    """The benches' config with the live mode's passes (``pass_seconds``, 5 s lateness, a
+    click 3 s after its impression on average) and Airflow's schedule from the stream's
+    first window. ``join``: labels in the impressions, or ``click_join``: the click joined
+    from its own topic within ``label_window_s``, each impression trained at once as a
+    negative and each click as a positive duplicate when it comes (``emit: at_once``, the
+    delay corrected in the loss), as a team after freshness would run it."""
+    cfg = live_config(bench_config(services, root, OURS), stream_start, pass_seconds)
+    if join == IMPRESSION:
+        return cfg
+    schema = cfg.model_dump(mode="json", by_alias=True)["schema"]
+    (click,) = schema["labels"]
+    joined = {"topic": f"clicks-{OURS}", "window_seconds": label_window_s, "emit": "at_once"}
+    click = {**click, "source": "topic", **joined}
+    return derived(cfg, "the click-join bench", schema={**schema, "labels": [click]})
 
 
 def start_streamrec(
@@ -270,8 +307,9 @@ def _read_jsonl(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def ours_by_pass(cfg: PipelineConfig, passes: list[str], served: dict[str, float]) -> list[dict]:
-    """Per pass: rows, and when it was complete, trained and served (epoch seconds); a pass
-    never completed is left out (and shows as not served)."""
+    """Per pass: rows trained, the impressions and clicks among them, and when it was
+    complete, trained and served (epoch seconds); a pass never completed is left out (and
+    shows as not served)."""
     r, keys = connect(cfg.redis), RedisKeys(cfg.name)
     rows = []
     for status in read_statuses(r, keys, passes):
@@ -282,10 +320,16 @@ def ours_by_pass(cfg: PipelineConfig, passes: list[str], served: dict[str, float
             print(f"pass {pass_id} was never complete")
             continue
         train = status.train
+        click = manifest.counts.labels.get("click")
+        fresh = bool(cfg.feature_schema.fresh_labels) and click is not None
         rows.append(
             {
                 "pass_id": pass_id,
                 "rows": manifest.rows,
+                # with the click at_once: its observed rows, one per impression, and a
+                # duplicate per click; else one row per impression, clicks among them
+                "impressions": click.observed if fresh else manifest.rows,
+                "clicks": click.duplicates if fresh else (click.positives if click else 0),
                 "complete": datetime.fromisoformat(manifest.created_at).timestamp(),
                 "started": train.started_at if train else None,
                 "trained": train.trained_at if train else None,
@@ -342,6 +386,8 @@ class Observed:
     theirs: dict[str, dict] | None
     sent_times: dict[str, list[np.ndarray]]  # window -> event times (epoch ms) sent in it
     meter: TreeMeter
+    # click_join: (impression time, click time) of each click within its window (epoch ms)
+    clicks: np.ndarray = field(default_factory=lambda: np.empty((0, 2), np.int64))
 
     @property
     def sent(self) -> dict[str, int]:
@@ -382,6 +428,8 @@ def summarize(seen: Observed) -> dict[str, Outcome]:
         per_pass[OURS] = [
             {
                 "rows": by.get(p, {}).get("rows", 0),
+                "impressions": by.get(p, {}).get("impressions", 0),
+                "clicks": by.get(p, {}).get("clicks", 0),
                 "served": by.get(p, {}).get("served"),
                 "train_s": by.get(p, {}).get("train_s") or 0.0,
                 **{k: by.get(p, {}).get(k) for k in ("complete", "started", "trained")},
@@ -392,6 +440,8 @@ def summarize(seen: Observed) -> dict[str, Outcome]:
         per_pass[REFERENCE] = [
             {
                 "rows": theirs.get(p, {}).get("rows", 0),
+                "impressions": theirs.get(p, {}).get("rows", 0),
+                "clicks": theirs.get(p, {}).get("positives", 0),
                 "served": theirs.get(p, {}).get("done"),
                 "train_s": theirs.get(p, {}).get("train_s", 0.0),
                 "started": theirs.get(p, {}).get("started"),
@@ -417,6 +467,7 @@ def summarize(seen: Observed) -> dict[str, Outcome]:
             "freshness max s": max(served, default=float("nan")),
             "overhead p50 s": statistics.median(served) - lateness if served else float("nan"),
             **_event_figures(seen.sent_times, measured, rows),
+            **_click_figures(seen, name, rows),
             "CPU s per 1k events": cpu / trained * 1000 if cpu and trained else float("nan"),
             "peak PSS MiB": meter.peak_pss.get(name, 0.0) / 2**20,
         }
@@ -429,7 +480,11 @@ def summarize(seen: Observed) -> dict[str, Outcome]:
                 if key.startswith(f"{name}:"):
                     part = meter.between(key, "start", "done") / trained * 1000
                     figures[f"CPU/1k {key.split(':')[1]}"] = part
-        ok, why = _verdict(lags, [r["rows"] for r in rows], [sent.get(p, 0) for p in measured])
+        ok, why = _verdict(
+            lags, [r["impressions"] for r in rows], [sent.get(p, 0) for p in measured]
+        )
+        if ok and figures.get("clicks lost"):
+            ok, why = False, f"{figures['clicks lost']} clicks not trained"
         outcomes[name] = Outcome(figures, ok, why)
     return outcomes
 
@@ -438,13 +493,33 @@ def _event_figures(
     sent_times: dict[str, list[np.ndarray]], measured: list[str], rows: list[dict]
 ) -> dict[str, float]:
     """p50 and p99 of ``event_to_served`` over the measured windows."""
-    per_window = {p: (r["rows"], r["served"]) for p, r in zip(measured, rows, strict=True)}
-    seconds = event_to_served(sent_times, per_window)
+    per_window = {p: (r["impressions"], r["served"]) for p, r in zip(measured, rows, strict=True)}
+    return _quantiles("event", event_to_served(sent_times, per_window))
+
+
+def _click_figures(seen: Observed, name: str, rows: list[dict]) -> dict[str, float]:
+    """click_join: p50 and p99 of ``event_to_served`` over the clicks whose impression and
+    click both fall in the measured windows (the same clicks for both pipelines). Ours
+    trains a click in the pass of its own time, the reference in its impression's."""
+    if not len(seen.clicks):
+        return {}
+    clock, measured = seen.cfg.passes.clock, seen.measured
+    first, last = clock.window(measured[0])[0], clock.window(measured[-1])[1]
+    inside = seen.clicks[(seen.clicks >= first).all(axis=1) & (seen.clicks < last).all(axis=1)]
+    by = np.array([clock.id_at(int(t)) for t in inside[:, 0 if name == REFERENCE else 1]])
+    click_times = {p: [inside[by == p, 1]] for p in measured}
+    per_window = {p: (r["clicks"], r["served"]) for p, r in zip(measured, rows, strict=True)}
+    seconds = event_to_served(click_times, per_window)
+    lost = sum(max(len(click_times[p][0]) - n, 0) for p, (n, _) in per_window.items())
+    return {**_quantiles("click", seconds), "clicks lost": lost}
+
+
+def _quantiles(what: str, seconds: np.ndarray) -> dict[str, float]:
     if not len(seconds):
         return {}
     # quantiles that are events' own figures: an infinite one is not interpolated into NaN
     p50, p99 = np.quantile(seconds, [0.5, 0.99], method="inverted_cdf")
-    return {"event to served p50 s": float(p50), "event to served p99 s": float(p99)}
+    return {f"{what} to served p50 s": float(p50), f"{what} to served p99 s": float(p99)}
 
 
 def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
@@ -468,7 +543,16 @@ def print_run(seen: Observed, outcomes: dict[str, Outcome]) -> None:
             f" {_after(t.get('started'), end)} {_after(t.get('done'), end)}"
         )
     seconds = seen.cfg.passes.clock.seconds
-    print(f"\nmeasured: {len(measured)} passes of {seconds} s, stream {seen.rate:g} impressions/s")
+    joined = [x for x in seen.cfg.topic_labels if x.name == "click"]
+    labels = (
+        f"clicks joined within {joined[0].window_seconds} s, ours at once"
+        if joined
+        else "labels in the impressions"
+    )
+    print(
+        f"\nmeasured: {len(measured)} passes of {seconds} s, stream {seen.rate:g} impressions/s,"
+        f" {labels}"
+    )
     names = list(outcomes)
     print(f"  {'':<24}" + "".join(f"{n:>12}" for n in names))
     keys = list(dict.fromkeys(k for o in outcomes.values() for k in o.figures))
@@ -499,10 +583,12 @@ def run(
     pipelines: tuple[str, ...] = (OURS, REFERENCE),
     follow: bool | None = None,
     pass_seconds: int = 60,
+    join: str = IMPRESSION,
+    label_window_s: int = LABEL_WINDOW_S,
 ) -> dict[str, Outcome]:
     """Both pipelines (or those named) on one live stream of ``rate`` impressions/s, in
-    passes of ``pass_seconds``; with ``follow``, ``cluster.follow_passes`` set so (None: as
-    shipped)."""
+    passes of ``pass_seconds``, labels as ``join`` says (``e2e_config``); with ``follow``,
+    ``cluster.follow_passes`` set so (None: as shipped)."""
     logs = root / "logs"
     logs.mkdir(parents=True)
     with ExitStack() as stack:
@@ -514,7 +600,7 @@ def run(
             else:
                 meter.add(SHARED, "broker", child.pid)
         stream_start = datetime.now(UTC)
-        cfg = e2e_config(services, root, stream_start, pass_seconds)
+        cfg = e2e_config(services, root, stream_start, pass_seconds, join, label_window_s)
         if follow is not None:
             cfg = derived(cfg, "--follow-passes", cluster={"follow_passes": follow})
         print(f"cluster.follow_passes: {cfg.cluster.follow_passes}", flush=True)
@@ -527,10 +613,11 @@ def run(
 
         stop_stream = threading.Event()
         sent: dict[str, list[np.ndarray]] = {}
+        labels: dict[str, list[np.ndarray]] = {}
         producer = threading.Thread(
             target=produce_live,
             args=(cfg, rate, stop_stream),
-            kwargs={"sent_times": sent},
+            kwargs={"sent_times": sent, "label_times": labels, "tick_s": PRODUCER_TICK_S},
             name="stream",
             daemon=True,
         )
@@ -591,7 +678,8 @@ def run(
                 meter.mark(group, "done")
         ours = ours_by_pass(cfg, measured, watch.first_seen) if watch else None
         theirs = _read_jsonl(ref_file) if reference else None
-        observed = Observed(cfg, rate, measured, ours, theirs, sent, meter)
+        clicks = np.concatenate([np.empty((0, 2), np.int64), *list(labels.get("click", []))])
+        observed = Observed(cfg, rate, measured, ours, theirs, sent, meter, clicks)
         outcomes = summarize(observed)
         print_run(observed, outcomes)
         return outcomes
@@ -709,6 +797,18 @@ def main() -> int:
         choices=("on", "off"),
         help="set cluster.follow_passes (default: as the shipped config has it)",
     )
+    parser.add_argument(
+        "--join",
+        choices=(IMPRESSION, CLICK_JOIN),
+        default=IMPRESSION,
+        help="labels in the impressions, or the click joined from its own topic",
+    )
+    parser.add_argument(
+        "--label-window",
+        type=int,
+        default=LABEL_WINDOW_S,
+        help="--join click_join: seconds a click may come after its impression",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-e2e-sweep.html"))
     parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
     args = parser.parse_args()
@@ -724,15 +824,27 @@ def main() -> int:
             sweep(rates, args.passes, root, args.out.resolve(), args.pass_seconds)
             return 0
         follow = None if args.follow_passes is None else args.follow_passes == "on"
-        outcomes = run(args.rate, args.passes, root, follow=follow, pass_seconds=args.pass_seconds)
+        outcomes = run(
+            args.rate,
+            args.passes,
+            root,
+            follow=follow,
+            pass_seconds=args.pass_seconds,
+            join=args.join,
+            label_window_s=args.label_window,
+        )
     ours, theirs = outcomes[OURS].figures, outcomes[REFERENCE].figures
-    print(f"RESULT freshness_p50_s {ours['freshness p50 s']:.1f}")
-    print(f"RESULT overhead_p50_s {ours['overhead p50 s']:.1f}")
-    print(f"RESULT freshness_ratio {ours['freshness p50 s'] / theirs['freshness p50 s']:.2f}")
+    mode = "" if args.join == IMPRESSION else f"_{args.join}"
+    print(f"RESULT freshness_p50_s{mode} {ours['freshness p50 s']:.1f}")
+    print(f"RESULT overhead_p50_s{mode} {ours['overhead p50 s']:.1f}")
+    ratio = ours["freshness p50 s"] / theirs["freshness p50 s"]
+    print(f"RESULT freshness_ratio{mode} {ratio:.2f}")
+    events = ("event", "click") if args.join == CLICK_JOIN else ("event",)
     for name, figures in ((OURS, ours), (REFERENCE, theirs)):
-        suffix = "" if name == OURS else f"_{name}"
-        for q in ("p50", "p99"):
-            print(f"RESULT event_to_served_{q}_s{suffix} {figures[f'event to served {q} s']:.1f}")
+        suffix = mode if name == OURS else f"{mode}_{name}"
+        for what, q in itertools.product(events, ("p50", "p99")):
+            value = figures[f"{what} to served {q} s"]
+            print(f"RESULT {what}_to_served_{q}_s{suffix} {value:.1f}")
     return 0
 
 

@@ -214,13 +214,15 @@ def produce_live(
     tick_s: float = 0.5,
     progress_every_s: float = 0,
     sent_times: dict[str, list[np.ndarray]] | None = None,
+    label_times: dict[str, list[np.ndarray]] | None = None,
 ) -> int:
     """A live synthetic stream until ``stop`` is set: impressions timed now, ``rate`` per
     second, each click sent when its time comes; each closed window's best reachable AUC is
     recorded for reports. Returns the impressions sent; ``sent_times`` (if given) gets the
     event times (epoch ms) of the impressions sent in each window (pass id -> an array per
-    send) as they are sent. Raises
-    ``KafkaUnavailable`` if Kafka did not take some of them."""
+    send) as they are sent, and ``label_times`` (if given) each joined label's events that
+    come within its window, as (impression time, event time) rows (label -> arrays), as
+    they are drawn. Raises ``KafkaUnavailable`` if Kafka did not take some of them."""
     ensure_event_topics(cfg)
     # A run-specific id prefix: a restarted live producer must not reuse event ids.
     stream = SyntheticStream(cfg.feature_schema, cfg.synthetic, id_prefix=f"live{int(time.time())}")
@@ -251,9 +253,11 @@ def produce_live(
                         seq += 1
                         heapq.heappush(later, (event[time_key[topic]], seq, topic, event))
                 sent += n
+                times = np.fromiter((e["event_time"] for e in batch.events), np.int64, n)
                 if sent_times is not None:
-                    times = np.fromiter((e["event_time"] for e in batch.events), np.int64, n)
                     sent_times.setdefault(window, []).append(times)
+                if label_times is not None:
+                    _record_label_times(cfg, batch, times, label_times)
             while later and later[0][0] <= now_ms:
                 _, _, topic, event = heapq.heappop(later)
                 _send(producer, topic, event, deliveries)
@@ -279,6 +283,21 @@ def produce_live(
         producer.close()
     deliveries.check()
     return sent
+
+
+def _record_label_times(
+    cfg: PipelineConfig,
+    batch: SyntheticBatch,
+    times: np.ndarray,
+    label_times: dict[str, list[np.ndarray]],
+) -> None:
+    """Each joined label's events in ``batch`` that come within the label's window of their
+    impression (``times``), as (impression time, label event time) rows."""
+    for label in cfg.topic_labels:
+        happened = batch.times_of(label.name)
+        within = (happened >= 0) & (happened - times <= (label.window_seconds or 0) * 1000)
+        pairs = np.stack([times[within], happened[within]], axis=1)
+        label_times.setdefault(label.name, []).append(pairs)
 
 
 def _send(
