@@ -6,8 +6,7 @@ over the whole training program and skips only ``feed``, the push ops and ``send
 ``*_grad`` op still runs, so a scoring read cost what training does per row
 (docs/DECISIONS.md, "A steady model"). This program keeps the ops whose role is the
 forward pass (the sparse pulls, the network, the metric accumulators), none of the pushes,
-and carries the main program's fleet options, re-keyed to its own id (the dump fields are
-set there).
+and fleet options of its own (a read's dump fields are set there).
 
 It runs on Paddle's plain ``MultiTrainer`` and ``Hogwild`` device worker, not on the
 training program's ``DistMultiTrainer``: that trainer's ``Finalize`` flushes the PS client
@@ -21,7 +20,6 @@ scope first (``dense_tables.pull``); the sparse lookups pull from the servers ei
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 # the sparse push the PS pass appends after the backward ops carries the forward role
@@ -46,13 +44,10 @@ def scoring_program(main: Any) -> Any:
             if role & not_forward or op.type in _PUSHES:
                 block._remove_op(index, sync=False)
     program._sync_with_cpp()
-    options = copy.copy(main._fleet_opt)
-    configs = options.get("program_configs")
-    if configs:  # the asynchronous builder's: one entry, keyed by the main program's id
-        (config,) = configs.values()
-        options["program_configs"] = {str(id(program)): config}
-    options["trainer"], options["device_worker"] = "MultiTrainer", "Hogwild"
-    program._fleet_opt = options
+    # the asynchronous worker's dense tables by program id (``program_configs``) are for a
+    # trainer this program does not run on
+    options = {k: v for k, v in main._fleet_opt.items() if k != "program_configs"}
+    program._fleet_opt = {**options, "trainer": "MultiTrainer", "device_worker": "Hogwild"}
     return program
 
 
