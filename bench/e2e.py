@@ -94,6 +94,7 @@ from demo.live import live_config
 from ops.airflow_local import LocalAirflow
 from ops.charts import ReferenceLine, Series, YRange, chart_page, line_chart
 from streaming.producer import produce_live
+from streaming.windows import WindowCutter
 from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.contracts.pass_status import read_statuses
 from streamrec.errors import ContractError
@@ -327,9 +328,9 @@ def ours_by_pass(cfg: PipelineConfig, passes: list[str], served: dict[str, float
                 "pass_id": pass_id,
                 "rows": manifest.rows,
                 # with the click at_once: its observed rows, one per impression, and a
-                # duplicate per click; else one row per impression, clicks among them
+                # duplicate per click (the clicks counted per event); else a row each
                 "impressions": click.observed if fresh else manifest.rows,
-                "clicks": click.duplicates if fresh else (click.positives if click else 0),
+                "clicks": click.duplicates if fresh else 0,
                 "complete": datetime.fromisoformat(manifest.created_at).timestamp(),
                 "started": train.started_at if train else None,
                 "trained": train.trained_at if train else None,
@@ -506,7 +507,7 @@ def _click_figures(seen: Observed, name: str, rows: list[dict]) -> dict[str, flo
     clock, measured = seen.cfg.passes.clock, seen.measured
     first, last = clock.window(measured[0])[0], clock.window(measured[-1])[1]
     inside = seen.clicks[(seen.clicks >= first).all(axis=1) & (seen.clicks < last).all(axis=1)]
-    by = np.array([clock.id_at(int(t)) for t in inside[:, 0 if name == REFERENCE else 1]])
+    by = np.array(WindowCutter(clock).pass_ids_of(inside[:, 0 if name == REFERENCE else 1]))
     click_times = {p: [inside[by == p, 1]] for p in measured}
     per_window = {p: (r["clicks"], r["served"]) for p, r in zip(measured, rows, strict=True)}
     seconds = event_to_served(click_times, per_window)
