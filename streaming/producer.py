@@ -253,11 +253,12 @@ def produce_live(
                         seq += 1
                         heapq.heappush(later, (event[time_key[topic]], seq, topic, event))
                 sent += n
-                times = np.fromiter((e["event_time"] for e in batch.events), np.int64, n)
-                if sent_times is not None:
-                    sent_times.setdefault(window, []).append(times)
-                if label_times is not None:
-                    _record_label_times(cfg, batch, times, label_times)
+                if sent_times is not None or label_times is not None:
+                    times = np.fromiter((e["event_time"] for e in batch.events), np.int64, n)
+                    if sent_times is not None:
+                        sent_times.setdefault(window, []).append(times)
+                    if label_times is not None:
+                        _record_label_times(cfg, batch, times, label_times)
             while later and later[0][0] <= now_ms:
                 _, _, topic, event = heapq.heappop(later)
                 _send(producer, topic, event, deliveries)
