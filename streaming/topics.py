@@ -24,6 +24,7 @@ HEARTBEAT_MS = 1_000
 CONSUMER_FETCH = {
     "max_poll_records": 5000,
     "fetch_max_bytes": 16 * 1024 * 1024,
+    "max_partition_fetch_bytes": 8 * 1024 * 1024,
     "retry_backoff_ms": 10,
     "auto_offset_reset": "earliest",
 }
