@@ -138,11 +138,22 @@ def multislot_text(
     """The MultiSlot text of ``table`` (pass columns), one line per row; with ``ins_id``
     each line starts with ``1 <instance id>`` (datasets that ``set_parse_ins_id``); a
     layout with a row index ends each line with ``1 <its row_index>`` (default: its row)."""
+    return multislot_buffer(table, layout, ins_id, row_index).to_pybytes()
+
+
+def multislot_buffer(
+    table: pa.Table,
+    layout: ReaderLayout | SchemaConfig,
+    ins_id: bool = False,
+    row_index: np.ndarray | None = None,
+) -> pa.Buffer:
+    """``multislot_text`` in Arrow's own buffer, not copied: a 100,000-row part's text is
+    15 MB, and copying it twice cost 3-20 ms of its 0.09-0.13 s conversion."""
     if not isinstance(layout, ReaderLayout):
         layout = ReaderLayout.from_schema(layout)
     n = table.num_rows
     if n == 0:
-        return b""
+        return pa.py_buffer(b"")
     columns: list[pa.Array | str] = []
     if ins_id:
         columns += ["1", instance_ids(table["event_id"].combine_chunks())]
@@ -176,7 +187,7 @@ def multislot_text(
     lines = pc.binary_join_element_wise(lines, "\n", "").cast(pa.large_string())
     _, offsets, data = lines.buffers()
     bounds = np.frombuffer(offsets, dtype=np.int64)[lines.offset : lines.offset + n + 1]
-    return data.to_pybytes()[bounds[0] : bounds[-1]]
+    return data.slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
 
 
 def convert(
@@ -196,7 +207,7 @@ def convert(
     rows = np.arange(0, table.num_rows, max(every, 1))
     if every > 1:
         table = table.take(rows)
-    sink.write(multislot_text(table, layout, ins_id, row_base + rows))
+    sink.write(multislot_buffer(table, layout, ins_id, row_base + rows))
     return table.num_rows
 
 
