@@ -2,7 +2,7 @@
 
 A live synthetic stream (``--rate`` impressions/s, Poisson arrivals, labels in the
 impressions) goes to the embedded broker; passes are one minute (``--pass-seconds``) with
-5 s allowed lateness.
+5 s allowed lateness (``--lateness``, both pipelines).
 On the same events, in the same run:
 
 - **streamrec** as a user runs it: ``streamrec build-passes``, ``streamrec cluster`` (as
@@ -27,7 +27,7 @@ CPU per 1k events counts from the first measured window's start until the pipeli
 the last one, so both sides include the warm-up pass's training and a few seconds of the
 next window's ingestion: a little high, on both alike.
 
-    .venv/bin/python bench/e2e.py [--rate 200] [--passes 10] [--pass-seconds 60]
+    .venv/bin/python bench/e2e.py [--rate 200] [--passes 10] [--pass-seconds 60] [--lateness 5]
                                   [--join click_join [--label-window 10]]
     .venv/bin/python bench/e2e.py --sweep 500,2000,5000,10000,20000 [--passes 3]
 
@@ -90,7 +90,7 @@ import psutil
 from machine import hardware_line
 from pipeline import REPO, STREAMREC, bench_config
 
-from demo.live import live_config
+from demo.live import LATENESS_SECONDS, live_config
 from ops.airflow_local import LocalAirflow
 from ops.charts import ReferenceLine, Series, YRange, chart_page, line_chart
 from streaming.producer import produce_live
@@ -253,14 +253,18 @@ def e2e_config(
     pass_seconds: int = 60,
     join: str = IMPRESSION,
     label_window_s: int = LABEL_WINDOW_S,
+    lateness_s: int = LATENESS_SECONDS,
 ) -> PipelineConfig:
-    """The benches' config with the live mode's passes (``pass_seconds``, 5 s lateness, a
-    click 3 s after its impression on average) and Airflow's schedule from the stream's
-    first window. ``join``: labels in the impressions, or ``click_join``: the click joined
-    from its own topic within ``label_window_s``, each impression trained at once as a
-    negative and each click as a positive duplicate when it comes (``emit: at_once``, the
-    delay corrected in the loss), as a team after freshness would run it."""
+    """The benches' config with the live mode's passes (``pass_seconds``, ``lateness_s``
+    allowed lateness, a click 3 s after its impression on average) and Airflow's schedule
+    from the stream's first window. ``join``: labels in the impressions, or
+    ``click_join``: the click joined from its own topic within ``label_window_s``, each
+    impression trained at once as a negative and each click as a positive duplicate when it
+    comes (``emit: at_once``, the delay corrected in the loss), as a team after freshness
+    would run it."""
     cfg = live_config(bench_config(services, root, OURS), stream_start, pass_seconds)
+    if lateness_s != cfg.passes.allowed_lateness_seconds:
+        cfg = derived(cfg, "--lateness", passes={"allowed_lateness_seconds": lateness_s})
     if join == IMPRESSION:
         return cfg
     schema = cfg.model_dump(mode="json", by_alias=True)["schema"]
@@ -586,6 +590,7 @@ def run(
     pass_seconds: int = 60,
     join: str = IMPRESSION,
     label_window_s: int = LABEL_WINDOW_S,
+    lateness_s: int = LATENESS_SECONDS,
 ) -> dict[str, Outcome]:
     """Both pipelines (or those named) on one live stream of ``rate`` impressions/s, in
     passes of ``pass_seconds``, labels as ``join`` says (``e2e_config``); with ``follow``,
@@ -601,7 +606,9 @@ def run(
             else:
                 meter.add(SHARED, "broker", child.pid)
         stream_start = datetime.now(UTC)
-        cfg = e2e_config(services, root, stream_start, pass_seconds, join, label_window_s)
+        cfg = e2e_config(
+            services, root, stream_start, pass_seconds, join, label_window_s, lateness_s
+        )
         if follow is not None:
             cfg = derived(cfg, "--follow-passes", cluster={"follow_passes": follow})
         print(f"cluster.follow_passes: {cfg.cluster.follow_passes}", flush=True)
@@ -686,7 +693,14 @@ def run(
         return outcomes
 
 
-def sweep(rates: list[float], passes: int, root: Path, out: Path, pass_seconds: int = 60) -> None:
+def sweep(
+    rates: list[float],
+    passes: int,
+    root: Path,
+    out: Path,
+    pass_seconds: int = 60,
+    lateness_s: int = LATENESS_SECONDS,
+) -> None:
     """``run`` of each pipeline alone at each rate, fresh services each time; a pipeline
     that does not sustain a rate runs no higher one. The side-by-side table, the charts,
     the RESULT lines."""
@@ -698,7 +712,12 @@ def sweep(rates: list[float], passes: int, root: Path, out: Path, pass_seconds: 
         results[rate] = {}
         for name in active:
             results[rate] |= run(
-                rate, passes, root / f"rate-{rate:g}-{name}", (name,), pass_seconds=pass_seconds
+                rate,
+                passes,
+                root / f"rate-{rate:g}-{name}",
+                (name,),
+                pass_seconds=pass_seconds,
+                lateness_s=lateness_s,
             )
         active = [n for n in active if results[rate][n].sustained]
     columns = [
@@ -791,6 +810,12 @@ def main() -> int:
         "--pass-seconds", type=int, default=60, help="passes.pass_seconds (10-30, or minutes)"
     )
     parser.add_argument(
+        "--lateness",
+        type=int,
+        default=LATENESS_SECONDS,
+        help="passes.allowed_lateness_seconds for both (the live mode's 5 s by default)",
+    )
+    parser.add_argument(
         "--sweep", help="comma-separated rates, e.g. 500,2000,5000,10000,20000: the ceilings"
     )
     parser.add_argument(
@@ -822,7 +847,7 @@ def main() -> int:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         if args.sweep:
             rates = sorted(float(r) for r in args.sweep.split(","))
-            sweep(rates, args.passes, root, args.out.resolve(), args.pass_seconds)
+            sweep(rates, args.passes, root, args.out.resolve(), args.pass_seconds, args.lateness)
             return 0
         follow = None if args.follow_passes is None else args.follow_passes == "on"
         outcomes = run(
@@ -833,6 +858,7 @@ def main() -> int:
             pass_seconds=args.pass_seconds,
             join=args.join,
             label_window_s=args.label_window,
+            lateness_s=args.lateness,
         )
     ours, theirs = outcomes[OURS].figures, outcomes[REFERENCE].figures
     mode = "" if args.join == IMPRESSION else f"_{args.join}"

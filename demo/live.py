@@ -32,6 +32,8 @@ from trainers.launcher import LocalCluster
 
 log = logging.getLogger("demo.live")
 PASS_SECONDS = 60
+# a local producer's events reach the builder within a second; a window waits this long
+LATENESS_SECONDS = 5
 
 
 def live_config(
@@ -45,7 +47,7 @@ def live_config(
         "the live demo's config",
         passes={
             "pass_seconds": pass_seconds,
-            "allowed_lateness_seconds": 5,
+            "allowed_lateness_seconds": LATENESS_SECONDS,
             "idle_partition_seconds": 3,
         },
         join={"label_window_seconds": 10},
