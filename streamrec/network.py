@@ -1,7 +1,9 @@
 """The public model API: what a network receives from the pipeline and what it returns.
 
 A model YAML names its network by import path, ``network: mypkg.nets:MyNet``; the built-ins
-(``ctr_dnn``, ``wide_deep``, ``deepfm`` in ``trainers.networks``) are ordinary users of it.
+(``ctr_dnn``, ``wide_deep``, ``deepfm``) are ordinary users of it. It is the one import a
+network needs: the inputs, the needs, and the building blocks the built-ins use
+(``slot_vectors``, ``mlp``, ``with_dense``).
 ``MyNet`` is a class (any callable) with
 
 - ``Params``: a pydantic model of its hyper-parameters. Every key of the YAML's
@@ -27,7 +29,7 @@ sigmoid, the loss (the tasks' log losses summed), the progressive metrics. The s
 network is built on every worker and in the exported inference program, so it must only
 use Paddle's static-graph API (``paddle.*``, ``paddle.static.nn.fc`` with named
 ``ParamAttr``); its dense parameters live on the servers like any other. This module
-imports neither paddle nor any stage.
+imports no stage, and paddle only inside the building blocks, when a graph is built.
 """
 
 from __future__ import annotations
@@ -41,11 +43,9 @@ from pydantic import BaseModel
 Tensor = Any  # a Paddle static-graph Variable; typed loosely so this module stays paddle-free
 
 LOGIT_BIAS = "streamrec.logit_bias"  # added to the main task's logit; the refit shifts it
-SHIPPED = {  # names a model YAML may give instead of an import path
-    "ctr_dnn": "trainers.networks:CtrDnn",
-    "wide_deep": "trainers.networks:WideDeep",
-    "deepfm": "trainers.networks:DeepFM",
-}
+# names a model YAML may give instead of an import path (the cluster maps them to the
+# shipped networks' classes)
+SHIPPED = ("ctr_dnn", "wide_deep", "deepfm")
 IMPORT_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
 
 
@@ -116,3 +116,41 @@ class NetworkFactory(Protocol):
     Params: ClassVar[type[BaseModel]]
 
     def __call__(self, params: Any) -> Network | MultiTaskNetwork: ...
+
+
+def slot_vectors(inputs: NetworkInputs) -> list[Tensor]:
+    """One ``[batch, dim]`` vector per slot: the pooled slots as they come, then each
+    sequence mean-pooled over its mask (for networks that do not attend)."""
+    import paddle
+
+    vectors = list(inputs.pooled.values())
+    for seq in inputs.sequences.values():
+        summed = paddle.sum(seq.values * paddle.unsqueeze(seq.mask, -1), axis=1)
+        count = paddle.clip(paddle.sum(seq.mask, axis=1, keepdim=True), min=1.0)
+        vectors.append(summed / count)
+    return vectors
+
+
+def mlp(x: Tensor, sizes: list[int], prefix: str) -> Tensor:
+    """ReLU layers of ``sizes``, then one logit; parameters named ``prefix.fc<i>.w`` etc."""
+    import paddle
+
+    for i, width in enumerate(sizes):
+        x = paddle.static.nn.fc(
+            x,
+            width,
+            activation="relu",
+            weight_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.w"),
+            bias_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.b"),
+        )
+    return paddle.static.nn.fc(
+        x,
+        1,
+        weight_attr=paddle.ParamAttr(name=f"{prefix}.out.w"),
+        bias_attr=paddle.ParamAttr(name=f"{prefix}.out.b"),
+    )
+
+
+def with_dense(features: list[Tensor], dense: Tensor | None) -> list[Tensor]:
+    """``features`` and the dense vector after them, when the schema has one."""
+    return features + ([dense] if dense is not None else [])

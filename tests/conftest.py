@@ -30,6 +30,7 @@ from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.training import PassMetrics, TrainResult
 from streamrec.local_ports import PORT_RANGE_ENV, port_range
 from streamrec.local_services import LocalServices, local_services
+from trainers.network_loader import network_path
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -193,7 +194,7 @@ def artifact_manifest(shipped_config: PipelineConfig) -> ManifestFactory:
             pass_id=version,
             created_at=now,
             metrics={"auc": auc, "gate": GateDecision(passed=True, auc=auc, serving_auc=None)},
-            network=shipped_config.model.network_path,
+            network=network_path(shipped_config.model),
             slot_feeds={s.name: f"{s.name}_pooled" for s in shipped_config.feature_schema.sparse},
             sequence_feeds={},
             dense_feed="dense",

@@ -29,7 +29,7 @@ from streamrec.config import (
 from streamrec.errors import ConfigError
 from streamrec.network import MultiTaskNetwork, NetworkInputs, SequenceInput, logit_bias
 from trainers.delay_weights import weighted_task
-from trainers.network_loader import load_network
+from trainers.network_loader import load_network, network_path
 
 AUC_BUCKETS = 4095
 
@@ -172,7 +172,7 @@ def _network_logits(
     no label or lacks the main one, or a shape other than [batch, 1] is a ConfigError
     naming model.network."""
     network = load_network(model)
-    path = model.network_path
+    path = network_path(model)
     try:
         if isinstance(network, MultiTaskNetwork):
             logits = network.logits(inputs)

@@ -18,12 +18,13 @@ from pathlib import Path
 
 from streamrec.config import load_config
 from streamrec.errors import ConfigError
-from streamrec.network import SHIPPED
 from trainers.network_loader import (
+    SHIPPED_NETWORKS,
     check_network_fits,
     importable_here,
     network_factory,
     network_params,
+    network_path,
 )
 
 
@@ -34,7 +35,7 @@ def check_network(config_path: Path, timeout_s: float = 300) -> None:
     importable_here()
     cfg = load_config(config_path)
     check_network_fits(cfg.feature_schema, cfg.model)
-    if cfg.model.network_path in SHIPPED.values() and cfg.checkpoints.warm_start is None:
+    if network_path(cfg.model) in SHIPPED_NETWORKS.values() and cfg.checkpoints.warm_start is None:
         # a shipped network's graph is built by the unit tests: only the YAML's values for
         # it can be wrong, and pydantic checks those without paddle (4-8 s saved a start)
         network_params(cfg.model, network_factory(cfg.model))

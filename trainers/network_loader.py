@@ -15,6 +15,19 @@ from streamrec.config import ModelConfig, SchemaConfig
 from streamrec.errors import ConfigError, broken_fields
 from streamrec.network import MultiTaskNetwork, Network, NetworkFactory, NetworkNeeds, NoParams
 
+# the classes behind the names a model YAML may give (``streamrec.network.SHIPPED``; a
+# unit test holds the two to the same names)
+SHIPPED_NETWORKS = {
+    "ctr_dnn": "trainers.networks:CtrDnn",
+    "wide_deep": "trainers.networks:WideDeep",
+    "deepfm": "trainers.networks:DeepFM",
+}
+
+
+def network_path(model: ModelConfig) -> str:
+    """The network's import path, 'module:Class' (a shipped network's name resolved)."""
+    return SHIPPED_NETWORKS.get(model.network_name, model.network_name)
+
 
 def importable_here() -> None:
     """Let a network module in the folder streamrec started in import (as uvicorn lets an
@@ -29,7 +42,7 @@ def importable_here() -> None:
 
 def network_factory(model: ModelConfig) -> NetworkFactory:
     """The class (or callable) ``model.network`` names."""
-    path = model.network_path
+    path = network_path(model)
     module_name, _, attr = path.partition(":")
     importable_here()
     try:
@@ -61,7 +74,7 @@ def network_params(model: ModelConfig, factory: NetworkFactory) -> BaseModel:
     unknown = sorted(set(given) - set(schema.model_fields))
     if unknown:
         raise ConfigError(
-            f"model.hyper_parameters.{unknown[0]}: {model.network_path} declares no such "
+            f"model.hyper_parameters.{unknown[0]}: {network_path(model)} declares no such "
             f"hyper-parameter (it has: {', '.join(schema.model_fields) or 'none'}): remove "
             "it or fix its spelling"
         )
@@ -71,7 +84,7 @@ def network_params(model: ModelConfig, factory: NetworkFactory) -> BaseModel:
         raise ConfigError(
             "model.hyper_parameters."
             + broken_fields(e).replace("; ", "; model.hyper_parameters.")
-            + f" (declared by {model.network_path}.Params)"
+            + f" (declared by {network_path(model)}.Params)"
         ) from None
 
 
@@ -85,7 +98,7 @@ def network_needs(model: ModelConfig) -> NetworkNeeds:
     needs = declare(network_params(model, factory))
     if not isinstance(needs, NetworkNeeds):
         raise ConfigError(
-            f"model.network: {model.network_path}.needs(params) returned "
+            f"model.network: {network_path(model)}.needs(params) returned "
             f"{type(needs).__name__}, not a streamrec.network.NetworkNeeds"
         )
     return needs
@@ -94,7 +107,7 @@ def network_needs(model: ModelConfig) -> NetworkNeeds:
 def check_network_fits(schema: SchemaConfig, model: ModelConfig) -> None:
     """The network's declared needs against the feature schema: ConfigError (exit 2)
     naming the slot or label the network cannot have, and the fix."""
-    needs, net = network_needs(model), model.network_path
+    needs, net = network_needs(model), network_path(model)
     slots = {s.name: s for s in schema.sparse}
     for name in needs.sequences:
         slot = slots.get(name)
@@ -140,10 +153,10 @@ def load_network(model: ModelConfig) -> Network | MultiTaskNetwork:
     try:
         network: Any = factory(params)
     except Exception as e:  # the user's constructor: any failure is a config failure
-        raise ConfigError(f"model.network: {model.network_path}(params) failed: {e!r}") from e
+        raise ConfigError(f"model.network: {network_path(model)}(params) failed: {e!r}") from e
     if not isinstance(network, Network | MultiTaskNetwork):
         raise ConfigError(
-            f"model.network: {model.network_path}(params) made a {type(network).__name__} "
+            f"model.network: {network_path(model)}(params) made a {type(network).__name__} "
             "without a logit(inputs) method (streamrec.network.Network) or a "
             "logits(inputs) one (streamrec.network.MultiTaskNetwork)"
         )

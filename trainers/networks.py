@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamrec.network import NetworkInputs, Tensor
+from streamrec.network import NetworkInputs, Tensor, mlp, slot_vectors, with_dense
 
 
 class MlpParams(BaseModel):
@@ -19,39 +19,6 @@ class MlpParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     fc_sizes: list[int] = Field([64, 32], min_length=1, description="Hidden layer widths.")
-
-
-def slot_vectors(inputs: NetworkInputs) -> list[Tensor]:
-    """One ``[batch, dim]`` vector per slot: the pooled slots as they come, then each
-    sequence mean-pooled over its mask (for networks that do not attend)."""
-    import paddle
-
-    vectors = list(inputs.pooled.values())
-    for seq in inputs.sequences.values():
-        summed = paddle.sum(seq.values * paddle.unsqueeze(seq.mask, -1), axis=1)
-        count = paddle.clip(paddle.sum(seq.mask, axis=1, keepdim=True), min=1.0)
-        vectors.append(summed / count)
-    return vectors
-
-
-def mlp(x: Tensor, sizes: list[int], prefix: str) -> Tensor:
-    """ReLU layers of ``sizes``, then one logit; parameters named ``prefix.fc<i>.w`` etc."""
-    import paddle
-
-    for i, width in enumerate(sizes):
-        x = paddle.static.nn.fc(
-            x,
-            width,
-            activation="relu",
-            weight_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.w"),
-            bias_attr=paddle.ParamAttr(name=f"{prefix}.fc{i}.b"),
-        )
-    return paddle.static.nn.fc(
-        x,
-        1,
-        weight_attr=paddle.ParamAttr(name=f"{prefix}.out.w"),
-        bias_attr=paddle.ParamAttr(name=f"{prefix}.out.b"),
-    )
 
 
 def _first_order(vectors: list[Tensor], dense: Tensor | None) -> Tensor:
@@ -68,11 +35,6 @@ def _first_order(vectors: list[Tensor], dense: Tensor | None) -> Tensor:
             bias_attr=paddle.ParamAttr(name="wide.dense.b"),
         )
     return logit
-
-
-def with_dense(features: list[Tensor], dense: Tensor | None) -> list[Tensor]:
-    """``features`` and the dense vector after them, when the schema has one."""
-    return features + ([dense] if dense is not None else [])
 
 
 class CtrDnn:

@@ -32,6 +32,7 @@ from trainers.checkpoints import (
     list_checkpoints,
     restore_chain,
 )
+from trainers.network_loader import network_path
 from trainers.worker.strategy import saved_row_width, sparse_table_ids, table_folder
 
 KEY = "checkpoints.warm_start"
@@ -42,7 +43,7 @@ def model_signature(cfg: PipelineConfig, program: Any) -> ModelSignature:
     tables = sparse_tables(cfg.feature_schema, cfg.model)
     ids = sparse_table_ids(program)
     return ModelSignature(
-        network=cfg.model.network_path,
+        network=network_path(cfg.model),
         slots={s.name: s.key_slot for s in cfg.feature_schema.sparse},
         sparse_tables={
             name: SparseTableShape(

@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamrec.network import NetworkInputs, NetworkNeeds
-from trainers.networks import mlp, slot_vectors, with_dense
+from streamrec.network import NetworkInputs, NetworkNeeds, mlp, slot_vectors, with_dense
 
 # p(click and conversion) stays below 1 - 1e-6, so its logit stays finite
 _LOG_P_MAX = math.log1p(-1e-6)

@@ -13,8 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamrec.network import NetworkInputs, NetworkNeeds
-from trainers.networks import mlp, slot_vectors, with_dense
+from streamrec.network import NetworkInputs, NetworkNeeds, mlp, slot_vectors, with_dense
 
 
 class Mmoe:

@@ -286,7 +286,7 @@ class ModelConfig(_Strict):
         return self
 
     @property
-    def network_path(self) -> str:
-        """The network's import path, 'module:Class'."""
-        name = self.network or self.model
-        return SHIPPED.get(name, name)
+    def network_name(self) -> str:
+        """The network as the YAML names it: an import path 'module:Class', or a shipped
+        network's name (``trainers.network_loader.network_path`` resolves both)."""
+        return self.network or self.model

@@ -16,10 +16,17 @@ from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived, load
 from streamrec.errors import ConfigError
 from streamrec.network import LOGIT_BIAS, SHIPPED, NetworkInputs
 from trainers.models import ModelGraph, build_model
+from trainers.network_loader import SHIPPED_NETWORKS, network_path
 
 
 def _build(cfg: PipelineConfig) -> ModelGraph:
     return build_model(cfg.feature_schema, cfg.model)
+
+
+def test_every_shipped_name_has_its_network() -> None:
+    """The config accepts exactly the names the cluster can build (the core names them,
+    the trainers own the classes)."""
+    assert sorted(SHIPPED_NETWORKS) == sorted(SHIPPED)
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
@@ -150,10 +157,9 @@ def test_a_bad_network_fails_naming_the_key(
 
 def test_model_names_a_network_or_is_a_shipped_one(shipped_config: PipelineConfig) -> None:
     named = derived(shipped_config, "test", model={"model": "mine", "network": "a.b:C"})
-    assert named.model.network_path == "a.b:C"
-    assert derived(shipped_config, "test", model={"model": "deepfm"}).model.network_path == (
-        "trainers.networks:DeepFM"
-    )
+    assert network_path(named.model) == "a.b:C"
+    shipped = derived(shipped_config, "test", model={"model": "deepfm"})
+    assert network_path(shipped.model) == "trainers.networks:DeepFM"
     with pytest.raises(ConfigError, match="not a shipped network's name"):
         derived(shipped_config, "test", model={"model": "mine"})
     with pytest.raises(ConfigError, match=r"model\.network"):

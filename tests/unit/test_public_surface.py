@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,18 +29,30 @@ def test_importing_packages_does_not_import_paddle_or_airflow() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+# the module and every public name it exports: a lazy export imports its module only here
 _PROBE = """
 import importlib, sys
-importlib.import_module({module!r})
-bad = [m for m in sys.modules if m.split(".")[0] in {forbidden!r}]
+module = importlib.import_module({module!r})
+for name in getattr(module, "__all__", ()):
+    getattr(module, name)
+bad = sorted(m for m in sys.modules if m.split(".")[0] in {forbidden!r})
 assert not bad, bad
 """
+
+
+def probe(module: str, forbidden: tuple[str, ...], cwd: Path | None = None) -> str | None:
+    """Import ``module`` and everything it exports in a fresh interpreter; what it loaded of
+    ``forbidden`` (its error), or None."""
+    code = _PROBE.format(module=module, forbidden=forbidden)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd)
+    return run.stderr if run.returncode else None
 
 
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
         ("streamrec", ("streaming", "trainers", "serving_export", "ops", "dags", "demo")),
+        ("streamrec.network", ("paddle", "streaming", "trainers", "serving_export", "ops")),
         ("streamrec.local_services", ("streaming", "trainers", "serving_export", "ops")),
         # every command's frame: no stage, and no client library it does not need
         ("streamrec.entry", ("streaming", "trainers", "serving_export", "ops", "kafka", "redis")),
@@ -52,8 +65,24 @@ assert not bad, bad
     ],
 )
 def test_stage_imports_flow_one_way(module: str, forbidden: tuple[str, ...]) -> None:
-    """A stage imports only earlier stages and the core; the core imports no stage; the
-    operator CLI starts without paddle or Airflow."""
-    code = _PROBE.format(module=module, forbidden=forbidden)
-    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert probe.returncode == 0, probe.stderr
+    """A stage and all it exports import only earlier stages and the core; the core imports
+    no stage; the operator CLI starts without paddle or Airflow."""
+    assert probe(module, forbidden) is None
+
+
+def test_the_probe_fails_on_a_lazy_export_against_the_order(tmp_path: Path) -> None:
+    """A package whose ``__init__`` loads nothing until a name is used still fails."""
+    (tmp_path / "low").mkdir()
+    (tmp_path / "high").mkdir()
+    (tmp_path / "high" / "__init__.py").write_text("")
+    (tmp_path / "high" / "thing.py").write_text("THING = 1\n")
+    lazy = (
+        "from streamrec.lazy import lazy_exports\n"
+        "__all__, __getattr__ = lazy_exports(__name__, {{'THING': '{target}'}})\n"
+    )
+    (tmp_path / "low" / "__init__.py").write_text(lazy.format(target="low.thing"))
+    (tmp_path / "low" / "thing.py").write_text("THING = 1\n")
+    assert probe("low", ("high",), cwd=tmp_path) is None
+    (tmp_path / "low" / "__init__.py").write_text(lazy.format(target="high.thing"))
+    found = probe("low", ("high",), cwd=tmp_path)
+    assert found is not None and "high.thing" in found

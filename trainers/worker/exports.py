@@ -18,6 +18,7 @@ from trainers.export_spec import (
     ExportTable,
     write_export_spec,
 )
+from trainers.network_loader import network_path
 from trainers.worker import dense_tables
 from trainers.worker.onnx_twin import write_onnx_twin
 from trainers.worker.strategy import saved_value_layout, table_folder
@@ -89,7 +90,7 @@ def export(ctx: WorkerContext, pass_id: str, command_id: str) -> ExportReply:
             export_version=EXPORT_VERSION,
             pass_id=pass_id,
             model=ctx.cfg.model.model,
-            network=ctx.cfg.model.network_path,
+            network=network_path(ctx.cfg.model),
             model_prefix=EXPORT_MODEL_PREFIX,
             slot_feeds=ctx.graph.pooled,
             sequence_feeds=ctx.graph.sequences,
