@@ -112,6 +112,15 @@ def _deliver(cfg: PipelineConfig, version: str, outlet_events: Any) -> dict[str,
 CFG = _config()
 SCHEDULE = CFG.schedule
 CLOCK = CFG.passes.clock
+
+
+def _pass_of(start: datetime | None) -> str:
+    """The pass a run's data interval starts (Airflow gives every scheduled run one)."""
+    if start is None:
+        raise ValueError("a run without a data interval: trigger it for a logical date")
+    return CLOCK.id_of(start)
+
+
 assert SCHEDULE is not None  # _config checked it
 
 
@@ -141,7 +150,7 @@ def streamrec_pass():
         from ops.catchup import caught_up_by
         from streamrec.passes import pass_state
 
-        pass_id = CLOCK.id_of(data_interval_start)
+        pass_id = _pass_of(data_interval_start)
         cfg = _config()
         if (by := caught_up_by(cfg, pass_id)) is not None:
             raise AirflowSkipException(
@@ -231,7 +240,7 @@ def streamrec_pass():
         from ops.status import finished_status
         from streamrec.passes import pass_state
 
-        pass_id = CLOCK.id_of(data_interval_start)
+        pass_id = _pass_of(data_interval_start)
         cfg = _config()
         if (status := finished_status(cfg, pass_id)) is not None:
             log.info("pass %s: finished by the cluster's pass follower", pass_id)

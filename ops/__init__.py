@@ -4,7 +4,30 @@ metrics and the alarm and canary judged on them (``online``), retention, and Air
 services run locally. It reads what every stage left behind, so it imports the stages; no stage
 imports it."""
 
+from typing import TYPE_CHECKING
+
 from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers see; at run time a name's module loads on first use
+    from ops.airflow_local import LocalAirflow as LocalAirflow
+    from ops.charts import (
+        ReferenceLine as ReferenceLine,
+        Series as Series,
+        YRange as YRange,
+        line_chart as line_chart,
+    )
+    from ops.online import (
+        OnlineCheck as OnlineCheck,
+        VersionOnline as VersionOnline,
+        judge_online as judge_online,
+    )
+    from ops.retention import Deletion as Deletion, RetentionResult as RetentionResult
+    from ops.status import (
+        PassRow as PassRow,
+        flag_untrained as flag_untrained,
+        recent_passes as recent_passes,
+    )
+
 
 _EXPORTS = {
     "Deletion": "ops.retention",

@@ -20,7 +20,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -31,7 +31,7 @@ Scale = Literal["linear", "log"]
 
 FIGSIZE = (6.0, 3.2)  # inches; 72 pt each in SVG, two charts side by side on a laptop screen
 MAX_CATEGORY_TICKS = 8  # labelled pass ids on one axis, thinned by MaxNLocator beyond that
-_RC = {
+_RC: dict[Any, Any] = {  # matplotlib types its keys as a Literal of every rc name
     "svg.fonttype": "none",  # text stays <text>, so it is selectable and the browser draws it
     "font.size": 9,
     "axes.spines.top": False,
@@ -157,7 +157,7 @@ def line_chart(
             ax.set_xlim(-0.5, len(labels) - 0.5)
             ax.xaxis.set_major_locator(MaxNLocator(nbins=MAX_CATEGORY_TICKS, integer=True))
             ax.xaxis.set_major_formatter(
-                FuncFormatter(lambda v, _: labels[int(v)] if 0 <= v < len(labels) else "")
+                FuncFormatter(lambda v, _: str(labels[int(v)]) if 0 <= v < len(labels) else "")
             )
             ax.tick_params(axis="x", labelrotation=30)
             for label in ax.get_xticklabels():

@@ -167,7 +167,7 @@ def _artifacts(cfg: PipelineConfig):
     model_dir = Layout.of(cfg.paths).model_dir(cfg.model.model)
     on_disk = set(version_listing(model_dir).names)
     versions = sorted(on_disk | set(registry.versions()))
-    keep = set(versions[-cfg.retention.artifacts_keep :]) | {serving} - {None}
+    keep = set(versions[-cfg.retention.artifacts_keep :]) | ({serving} if serving else set())
     keep |= {a for version in keep for a in ancestors(model_dir, version)}
     for version in versions:
         if version not in keep:

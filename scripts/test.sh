@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command: lint, then every test (unit and integration on real services).
+# The test command: lint and type check, then every test (unit and integration on real services).
 # Without arguments: the tests marked `alone` (bars that CPU contention moves) one at a
 # time with the machine to themselves, then the rest on several pytest workers.
 # With arguments: pytest with them, as given.
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 if [ "$#" -gt 0 ]; then
     exec .venv/bin/python -m pytest "$@"
 fi

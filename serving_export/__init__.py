@@ -11,7 +11,44 @@ a ``predictor``; with a served log (``served_log``) it logs what it scored, and 
 candidate or the predecessor answer their shares of requests.
 """
 
+from typing import TYPE_CHECKING
+
 from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers see; at run time a name's module loads on first use
+    from serving_export.artifact import (
+        lineage as lineage,
+        package_export as package_export,
+        verify_artifact as verify_artifact,
+    )
+    from serving_export.delivery import (
+        deliver as deliver,
+        evaluate as evaluate,
+        promote as promote,
+        publish as publish,
+        registry_for as registry_for,
+        rollback as rollback,
+        sparse_store_for as sparse_store_for,
+        withdraw as withdraw,
+        withdraw_candidate as withdraw_candidate,
+    )
+    from serving_export.errors import (
+        ExportInvalid as ExportInvalid,
+        NothingServing as NothingServing,
+        RegistryConflict as RegistryConflict,
+        ServingError as ServingError,
+    )
+    from serving_export.manifest import ArtifactManifest as ArtifactManifest
+    from serving_export.predictor import Predictor as Predictor
+    from serving_export.quality_gate import GateDecision as GateDecision, judge as judge
+    from serving_export.registry import ModelRegistry as ModelRegistry
+    from serving_export.served_log import ServedLog as ServedLog
+    from serving_export.service import create_app as create_app
+    from serving_export.sparse_store import (
+        InProcessStore as InProcessStore,
+        RedisStore as RedisStore,
+    )
+
 
 _EXPORTS = {
     "ArtifactManifest": "serving_export.manifest",

@@ -199,11 +199,18 @@ def package_export(
     return manifest
 
 
+def _delta_parent(manifest: ArtifactManifest) -> str:
+    """The version a delta builds on."""
+    if manifest.sparse.parent is None:
+        raise ExportInvalid(f"version {manifest.version} is a delta naming no parent")
+    return manifest.sparse.parent
+
+
 def lineage(model_dir: Path, version: str) -> list[ArtifactManifest]:
     """Verified manifests from the full version ``version`` builds on, to ``version``."""
     chain = [verify_artifact(version_dir(model_dir, version))]
     while chain[-1].sparse.kind == "delta":
-        parent = chain[-1].sparse.parent
+        parent = _delta_parent(chain[-1])
         if not version_dir(model_dir, parent).is_dir():
             raise ExportInvalid(
                 f"version {chain[0].version} needs {parent}, which is gone from {model_dir}"
@@ -218,7 +225,7 @@ def ancestors(model_dir: Path, version: str) -> list[str]:
     found = []
     manifest = read_published(version_dir(model_dir, version))
     while manifest is not None and manifest.sparse.kind == "delta":
-        parent = manifest.sparse.parent
+        parent = _delta_parent(manifest)
         found.append(parent)
         manifest = read_published(version_dir(model_dir, parent))
     return found

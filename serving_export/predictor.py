@@ -237,11 +237,11 @@ def _predict(config: Path, events_file: Path) -> int:
     cfg = load_config(config)
     predictor = Predictor.serving(cfg.paths.model_root, registry_for(cfg))
     events, rows = [], []
-    for n, line in enumerate(events_file.read_text().splitlines(), 1):
-        if not line.strip():
+    for n, text in enumerate(events_file.read_text().splitlines(), 1):
+        if not text.strip():
             continue
         try:
-            event = json.loads(line)
+            event = json.loads(text)
         except ValueError as e:
             raise ContractError(f"{events_file}:{n}: bad_json: {e}") from None
         try:
@@ -252,7 +252,8 @@ def _predict(config: Path, events_file: Path) -> int:
     scores = predictor.score_tasks(rows)
     several = len(predictor.tasks) > 1
     for i, event in enumerate(events):
-        line = {"event_id": event.get("event_id"), "p_click": round(float(scores[0, i]), 6)}
+        line: dict[str, Any] = {"event_id": event.get("event_id")}
+        line["p_click"] = round(float(scores[0, i]), 6)
         if several:  # each task's probability by its label's name
             line["p"] = {t: round(float(scores[k, i]), 6) for k, t in enumerate(predictor.tasks)}
         print(json.dumps(line))

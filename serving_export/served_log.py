@@ -49,6 +49,7 @@ class Producer(Protocol):
         topic: str,
         value: bytes,
         key: bytes,
+        *,
         on_delivery: Callable[[Any, Any], None],  # (KafkaError or None, the message)
     ) -> None: ...
 

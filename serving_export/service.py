@@ -80,7 +80,7 @@ from serving_export.sparse_store import InProcessStore, RedisStore
 from streaming.errors import MalformedEvent
 from streaming.events import scoring_row
 from streamrec.config import EMBEDDED, SchemaConfig, ServingConfig, derived, load_config
-from streamrec.contracts.registry import ReplicaNote
+from streamrec.contracts.registry import OnlineMetrics, ReplicaNote
 from streamrec.entry import run_command
 from streamrec.errors import ConfigError, ServiceError
 from streamrec.redis_conn import require_credentials
@@ -279,7 +279,7 @@ class VersionFollower:
         self._failed: str | None = None
         self._held_for: str | None = None  # the serving version the held one was chosen for
         # the online metrics (ops.online) of the versions answering, as last recorded
-        self.online: list[dict[str, Any]] = []
+        self.online: list[OnlineMetrics] = []
 
     def start(self) -> None:
         self._thread.start()
@@ -402,8 +402,11 @@ class VersionFollower:
         noted = self._noted
         held, canary = self._state.held, self._state.canary
         answering = (version, held and held.version, canary and canary.version)
-        same = noted is not None and (noted.version, noted.held, noted.canary) == answering
-        if same and now - noted.noted_at < ttl_s / 3:
+        if (
+            noted is not None
+            and (noted.version, noted.held, noted.canary) == answering
+            and now - noted.noted_at < ttl_s / 3
+        ):
             return
         loaded_at = swaps[-1][2] if swaps else None
         logged = self._served_log.counts() if self._served_log else None
@@ -648,7 +651,8 @@ def create_app(
         metrics.events.inc(len(ids))
         metrics.requests.labels("predict", "200").inc()
         metrics.latency.observe(time.perf_counter() - started)
-        answer = {"version": predictor.version, "p_click": scores[0], "event_ids": ids}
+        answer: dict[str, Any] = {"version": predictor.version, "p_click": scores[0]}
+        answer["event_ids"] = ids
         if len(predictor.tasks) > 1:  # each task's probabilities by its label's name
             answer["p"] = dict(zip(predictor.tasks, scores, strict=True))
         return JSONResponse(answer)

@@ -8,7 +8,39 @@ slice the pass is assembled (``slices``). ``pipe_reader`` turns a pass part into
 MultiSlot text with ``feature_signs``. No module here imports paddle.
 """
 
+from typing import TYPE_CHECKING
+
 from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers see; at run time a name's module loads on first use
+    from streaming.errors import (
+        CodecUnavailable as CodecUnavailable,
+        MalformedEvent as MalformedEvent,
+        StreamingError as StreamingError,
+    )
+    from streaming.event_contract import pipeline_schemas as pipeline_schemas
+    from streaming.events import (
+        normalize_event as normalize_event,
+        parse_event as parse_event,
+        pass_table_schema as pass_table_schema,
+    )
+    from streaming.feature_signs import (
+        SIGN_VERSION as SIGN_VERSION,
+        feature_sign as feature_sign,
+        signs_of as signs_of,
+    )
+    from streaming.pass_builder import PassBuilder as PassBuilder
+    from streaming.pipe_reader import (
+        multislot_text as multislot_text,
+        pipe_command as pipe_command,
+        slot_order as slot_order,
+    )
+    from streaming.slices import assemble_pass as assemble_pass, write_slice as write_slice
+    from streaming.synthetic import (
+        SyntheticBatch as SyntheticBatch,
+        SyntheticStream as SyntheticStream,
+    )
+
 
 _EXPORTS = {
     "CodecUnavailable": "streaming.errors",

@@ -240,8 +240,8 @@ def feature_row(sparse: Any, dense: Any, schema: SchemaConfig) -> dict[str, Any]
             row[name] = values
         else:
             row[name] = default if v is None else _value(name, v)
-    for name, default in features:
-        v = dense.get(name, default)
+    for name, missing in features:
+        v = dense.get(name, missing)
         kind = type(v)
         if kind is not float and kind is not int:
             raise MalformedEvent("wrong_type", f"dense.{name} must be a number")

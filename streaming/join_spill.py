@@ -32,7 +32,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -218,14 +218,14 @@ class SpillStore:
         for event_id, time_ms in impressions.items():
             batch.put(b"i" + event_id.encode(), _TIME.pack(time_ms))
         for kind, events in labels.items():
-            for key, event in zip(_label_keys(b"l", kind, events), events.values(), strict=True):
-                batch.put(key, pack_event(event))
+            for held, event in zip(_label_keys(b"l", kind, events), events.values(), strict=True):
+                batch.put(held, pack_event(event))
         for due_ms, event_id, kind in duplicates:
             batch.put(_due_key(due_ms, event_id, kind), b"")
         batch.delete_range(b"u", b"v")
         for kind, events in unmatched.items():
-            for key, event in zip(_label_keys(b"u", kind, events), events.values(), strict=True):
-                batch.put(key, pack_event(event))
+            for held, event in zip(_label_keys(b"u", kind, events), events.values(), strict=True):
+                batch.put(held, pack_event(event))
         batch.put(META, json.dumps({**meta, "clean": True}).encode())
         self._db.write(batch, self._sync)
         self._dirty = False
@@ -234,13 +234,19 @@ class SpillStore:
 
     def impression_times(self, event_ids: list[str]) -> list[int | None]:
         """The held time of each impression (None: not held here)."""
-        values = self._db.get([b"i" + e.encode() for e in event_ids])
+        values = self._get_many([b"i" + e.encode() for e in event_ids])
         return [None if v is None else _TIME.unpack(v)[0] for v in values]
 
     def label_events(self, kind: str, event_ids: list[str]) -> list[LabelEvent | None]:
         """The held ``kind`` event of each impression (None: none here)."""
-        values = self._db.get(_label_keys(b"l", kind, event_ids))
+        values = self._get_many(_label_keys(b"l", kind, event_ids))
         return [None if v is None else unpack_event(v) for v in values]
+
+    def _get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """Each key's value (None: absent): rocksdict's multi-get, which its stubs type as
+        a one-key get."""
+        many: Any = keys
+        return cast(list[bytes | None], self._db.get(many))
 
     def segment(self, key: str) -> pa.Table:
         """A segment's rows, memory-mapped."""
@@ -301,8 +307,8 @@ class SpillStore:
         for event_id in impressions:
             batch.delete(b"i" + event_id.encode())
         for kind, ids in (labels or {}).items():
-            for key in _label_keys(b"l", kind, ids):
-                batch.delete(key)
+            for held in _label_keys(b"l", kind, ids):
+                batch.delete(held)
         self._db.write(batch)
         for key in segments:
             (self._segments / key).unlink()

@@ -23,7 +23,7 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from streaming.feature_signs import signs_of
-from streaming.sequences import cut_lists
+from streaming.sequences import Keep, cut_lists
 
 if TYPE_CHECKING:
     from streamrec.config import SchemaConfig
@@ -48,7 +48,7 @@ class ReaderLayout:
     sequence its max_length and which end it keeps (0 and "" otherwise), the slot its
     values are hashed as), dense, the label columns."""
 
-    sparse: tuple[tuple[str, bool, str, int, str, str], ...]
+    sparse: tuple[tuple[str, bool, str, int, Keep | Literal[""], str], ...]
     dense: tuple[str, ...]
     labels: tuple[str, ...] = (LABEL_VAR,)
     rows: tuple[str, ...] = ()  # fresh labels: each row's kinds and delays, as floats
@@ -75,7 +75,8 @@ class ReaderLayout:
         )
 
     def to_arg(self) -> str:
-        layout = {"sparse": self.sparse, "dense": self.dense, "labels": self.labels}
+        layout: dict[str, Any] = {"sparse": self.sparse, "dense": self.dense}
+        layout["labels"] = self.labels
         layout |= {"rows": self.rows, "row_index": self.row_index}
         return json.dumps(layout, separators=(",", ":"))
 
@@ -160,7 +161,7 @@ def multislot_buffer(
     for name, multi, default, max_length, keep, key_slot in layout.sparse:
         col = table[name].combine_chunks()
         if multi:
-            if max_length:  # a sequence: what the network sees of it, as serving cuts it
+            if max_length and keep:  # a sequence: what the network sees, as serving cuts it
                 col = cut_lists(col, max_length, keep)
             lengths = pc.list_value_length(col).fill_null(0)
             if pc.min(lengths).as_py() == 0:  # an empty slot is illegal in MultiSlot: pad

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import heapq
+import io
 import json
 import logging
 import math
@@ -26,7 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 from kafka import KafkaProducer
@@ -156,7 +157,7 @@ def _timed(cfg: PipelineConfig, batch: SyntheticBatch) -> list[tuple[int, str, d
     if not cfg.topic_labels:
         return [(e["event_time"], cfg.kafka.impressions_topic, e) for e in batch.events]
     dropped = {x.event_fields[0] for x in cfg.topic_labels}
-    timed = [
+    timed: list[tuple[int, str | None, dict[str, Any]]] = [
         (
             e["event_time"],
             cfg.kafka.impressions_topic,
@@ -246,7 +247,7 @@ def produce_live(
             if n:
                 batch = stream.batch(last_ms, now_ms, n)
                 windows.setdefault(window, []).append(batch)
-                for topic, event in messages_for(cfg, batch):
+                for _, topic, event in _timed(cfg, batch):
                     if topic == cfg.kafka.impressions_topic:
                         _send(producer, topic, event, deliveries)
                     else:
@@ -354,9 +355,9 @@ def criteo_events(
         }
 
 
-def _open(path: Path) -> BinaryIO:
+def _open(path: Path) -> io.BufferedIOBase:
     """``path``, gunzipped on the fly when it ends in ``.gz``."""
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    return gzip.GzipFile(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
 def _text_lines(path: Path) -> Iterator[str]:

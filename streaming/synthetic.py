@@ -271,7 +271,7 @@ class SyntheticStream:
                 ]
             else:
                 is_target = interest is not None and slot.name == interest.target
-                ids = targets if is_target else self._ids(slot.name, n)
+                ids = targets if is_target and targets is not None else self._ids(slot.name, n)
                 logit += w[ids]
                 if conversion is not None:
                     conv_logit += self._conversion_weights[slot.name][ids]

@@ -28,10 +28,15 @@ PROGRESSIVE = "progressive"  # the score runs a pass's progressive read keeps
 
 
 class _Roots(Protocol):
-    data_root: Path
-    checkpoint_root: Path
-    model_root: Path
-    work_root: Path
+    # read-only: a frozen config's fields are
+    @property
+    def data_root(self) -> Path: ...
+    @property
+    def checkpoint_root(self) -> Path: ...
+    @property
+    def model_root(self) -> Path: ...
+    @property
+    def work_root(self) -> Path: ...
 
 
 def day_of(pass_id: str) -> str:

@@ -138,14 +138,16 @@ def is_day(name: str) -> bool:
     return len(name) == 8 and name.isdigit()
 
 
+def _on_day(day: str, accepts: Callable[[str], bool]) -> Callable[[str], bool]:
+    """``accepts``, narrowed to the names whose pass id falls on ``day``."""
+    return lambda name: accepts(name) and day_of(name) == day
+
+
 def by_day(root: Path, accepts: Callable[[str], bool]) -> Listing:
     """The entries of every day folder under ``root`` (``<root>/<day>/<pass_id>...``) whose
     name ``accepts`` and whose pass id falls on that day."""
     days = list_folder(root, is_day)
-    within = [
-        list_folder(root / day, lambda n, day=day: accepts(n) and day_of(n) == day)
-        for day in days.names
-    ]
+    within = [list_folder(root / day, _on_day(day, accepts)) for day in days.names]
     return Listing.joined([Listing((), days.leftovers), *within])
 
 
@@ -456,7 +458,7 @@ def complete_passes(data_root: Path, since: str | None = None) -> list[str]:
             for day in days
             for name in list_folder(
                 layout.passes / day,
-                lambda n, day=day: n >= since and is_pass_id(n) and day_of(n) == day,
+                _on_day(day, lambda n: n >= since and is_pass_id(n)),
             ).names
         )
     return [p for p in names if is_complete(layout.pass_dir(p))]

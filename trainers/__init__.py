@@ -8,7 +8,31 @@ agent per host (``node_agent``), restarted together one ``generation`` at a time
 Paddle is imported inside functions only, so DAGs and CLIs import this package cheaply.
 """
 
+from typing import TYPE_CHECKING
+
 from streamrec.lazy import lazy_exports
+
+if TYPE_CHECKING:  # what type checkers see; at run time a name's module loads on first use
+    from trainers.control_plane import ClusterClient as ClusterClient
+    from trainers.errors import (
+        ClusterUnavailable as ClusterUnavailable,
+        CommandFailed as CommandFailed,
+        CommandTimeout as CommandTimeout,
+        DeviceUnsupported as DeviceUnsupported,
+        TrainerError as TrainerError,
+    )
+    from trainers.export_spec import ExportSpec as ExportSpec
+    from trainers.hosts.node_agent import NodeAgent as NodeAgent
+    from trainers.hosts.topology import Topology as Topology
+    from trainers.launcher import LocalCluster as LocalCluster
+    from trainers.metrics import (
+        PassMetrics as PassMetrics,
+        bucket_auc as bucket_auc,
+        exact_auc as exact_auc,
+        metrics_from_stats as metrics_from_stats,
+    )
+    from trainers.models import build_model as build_model
+
 
 _EXPORTS = {
     "ClusterClient": "trainers.control_plane",

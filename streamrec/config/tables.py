@@ -73,12 +73,12 @@ def check_tables(schema: SchemaConfig, model: ModelConfig) -> None:
                 f"and {where[slot.keys_of]})"
             )
     tables = sparse_tables(schema, model)
-    if any(t.config.admission for t in tables.values()):
-        for t in tables.values():
-            if not t.config.admission and t.config.nonclk_coeff < 1:
+    if any(spec.config.admission for spec in tables.values()):
+        for spec in tables.values():
+            if not spec.config.admission and spec.config.nonclk_coeff < 1:
                 raise ValueError(
-                    f"sparse table {t.name} has admission off beside a table with it on: "
+                    f"sparse table {spec.name} has admission off beside a table with it on: "
                     "Paddle 2.6 admits keys by chance on every table of a server once one "
-                    f"needs it, with the chance nonclk_coeff per show; set {t.name}'s "
+                    f"needs it, with the chance nonclk_coeff per show; set {spec.name}'s "
                     "nonclk_coeff to 1 (every key it is shown enters) or turn its admission on"
                 )

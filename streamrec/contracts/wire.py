@@ -32,7 +32,8 @@ class Contract(BaseModel):
 
     def to_wire(self) -> dict[str, Any]:
         """As strict JSON-ready data (Airflow's XCom, a reply): non-finite floats as strings."""
-        return _strict(json.loads(self.to_json()))
+        wire: dict[str, Any] = _strict(json.loads(self.to_json()))
+        return wire
 
     def to_json(self) -> str:
         """As JSON text (a Redis field, a file)."""

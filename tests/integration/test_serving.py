@@ -44,8 +44,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from pass_rows import cluster_scores, pass_events
 from serve_process import STREAMREC, Service
 from topic_reads import read_topic

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from kafka import KafkaConsumer, TopicPartition
 
 from streaming.errors import MalformedEvent

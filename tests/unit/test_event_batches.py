@@ -6,8 +6,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from streaming.errors import MalformedEvent
 from streaming.events import decode_impression_batch, parse_event, pass_table_schema

@@ -11,8 +11,7 @@ from typing import Any
 
 import hypothesis_jsonschema._from_schema as library_strategies
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.strategies import SearchStrategy
 from hypothesis_jsonschema import from_schema
 from hypothesis_jsonschema._canonicalise import encode_canonical_json

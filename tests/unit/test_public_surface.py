@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
@@ -18,6 +19,30 @@ def test_all_names_exist(name: str) -> None:
     assert module.__all__, f"{name} declares no public names"
     missing = [n for n in module.__all__ if not hasattr(module, n)]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_type_checkers_see_every_lazy_export(name: str) -> None:
+    """Each lazy export is imported under ``TYPE_CHECKING`` from the module it loads from at
+    run time, so a type checker sees the public names (``__getattr__`` would type them Any)."""
+    tree = ast.parse(Path(importlib.import_module(name).__file__ or "").read_text())
+    exports = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_EXPORTS"
+    )
+    checked = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"
+    )
+    seen = {
+        alias.asname or alias.name: node.module
+        for node in checked.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert seen == exports
 
 
 def test_importing_packages_does_not_import_paddle_or_airflow() -> None:

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from streaming.join import PartitionJoin
 from streaming.windows import WindowCutter, watermark_ms

@@ -292,7 +292,7 @@ def score(ctx: WorkerContext, pass_id: str, command_id: str) -> ScoreReply:
     path = out / f"worker-{ctx.rank}.parquet"
     # the main task's as p_click, as ever; a further task's as p_<its label>
     names = ["p_click", *(f"p_{task}" for task in list(tasks)[1:])]
-    columns = {"event_id": [unquote(i) for i in ids]}
+    columns: dict[str, Any] = {"event_id": [unquote(i) for i in ids]}
     columns |= {name: p.astype(np.float32) for name, p in zip(names, predictions, strict=True)}
     pq.write_table(pa.table(columns), path)
     return ScoreReply(pass_id=pass_id, rank=ctx.rank, rows=len(ids), predictions=str(path))
