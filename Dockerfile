@@ -12,6 +12,7 @@ COPY streamrec streamrec
 COPY streaming streaming
 COPY trainers trainers
 COPY serving_export serving_export
+COPY devservices devservices
 COPY demo demo
 COPY ops ops
 COPY configs configs

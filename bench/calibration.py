@@ -65,6 +65,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.preprocessing import OneHotEncoder
 
+from devservices.local_services import local_services
 from serving_export.sparse_table import read_save
 from streamrec.config import (
     DEFAULT_SPARSE_TABLE,
@@ -75,7 +76,6 @@ from streamrec.config import (
     sparse_tables,
 )
 from streamrec.contracts.training import TrainResult
-from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.control_plane import ClusterClient
 from trainers.worker.strategy import SavedValueLayout, saved_value_layout, table_folder

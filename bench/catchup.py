@@ -31,10 +31,10 @@ from machine import hardware_line
 from pipeline import bench_config, build
 
 from demo.live import PASS_SECONDS, live_config
+from devservices.local_services import local_services
 from ops.airflow_local import LocalAirflow
 from serving_export.delivery import registry_for
 from streamrec.config import derived, dump_config
-from streamrec.local_services import local_services
 from streamrec.passes import PassClock
 from trainers.checkpoints import list_checkpoints
 from trainers.launcher import LocalCluster

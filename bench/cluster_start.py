@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from devservices.local_services import local_services
 from streamrec.config import PathConfig, derived, dump_config, load_config, with_services
-from streamrec.local_services import local_services
 from streamrec.waiting import poll_until
 from trainers.control_plane import ClusterClient
 from trainers.hosts.peer_wait import PADDLE_NAPS_ENV

@@ -91,6 +91,7 @@ from machine import hardware_line
 from pipeline import REPO, STREAMREC, bench_config
 
 from demo.live import LATENESS_SECONDS, live_config
+from devservices.local_services import LocalServices, local_services
 from ops.airflow_local import LocalAirflow
 from ops.charts import ReferenceLine, Series, YRange, chart_page, line_chart
 from streaming.producer import produce_live
@@ -98,9 +99,8 @@ from streaming.windows import WindowCutter
 from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.contracts.pass_status import read_statuses
 from streamrec.errors import ContractError
-from streamrec.local_ports import free_port
-from streamrec.local_services import LocalServices, local_services
 from streamrec.passes import pass_dir, read_manifest
+from streamrec.ports import free_port
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import ClusterClient

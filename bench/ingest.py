@@ -24,11 +24,11 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 from machine import hardware_line
 
+from devservices.kafka_broker import start_kafka
 from streaming.pass_builder import PassBuilder
 from streaming.producer import make_producer, messages_for, send_messages, synthetic_passes
 from streaming.topics import CONSUMER_FETCH, ensure_topic
 from streamrec.config import derived, load_config, with_services
-from streamrec.kafka_broker import start_kafka
 
 REPO = Path(__file__).resolve().parent.parent
 

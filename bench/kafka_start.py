@@ -1,7 +1,7 @@
 """What starting the project's Apache Kafka costs: seconds until it answers, CPU seconds
 (its storage format and the broker's start), CPU over its first idle minute, and memory.
 
-The shipped JVM settings (``streamrec.kafka_broker``: serial GC, C1 only, the class-data
+The shipped JVM settings (``devservices.kafka_broker``: serial GC, C1 only, the class-data
 archive the install makes) against **the baseline**, the settings before them (G1 with
 20 ms pauses and both compilers, no archive: ``KAFKA_JVM_PERFORMANCE_OPTS`` set to them),
 same heap, in alternating rounds in the same run. A suite starts a few dozen brokers beside
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import psutil
 
-from streamrec.kafka_broker import PERFORMANCE_ENV, install_kafka, start_kafka
+from devservices.kafka_broker import PERFORMANCE_ENV, install_kafka, start_kafka
 
 BASELINE_OPTIONS = "-XX:+UseG1GC -XX:MaxGCPauseMillis=20"
 

@@ -58,13 +58,13 @@ from calibration import train_on_the_cluster
 from machine import hardware_line
 from pipeline import REPO
 
+from devservices.local_services import local_services
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_live
 from streamrec.auc import exact_auc
 from streamrec.config import PipelineConfig, derived, dump_config, kind_column, load_config
 from streamrec.config.cluster import PathConfig
 from streamrec.contracts.training import PassMetrics, TrainResult
-from streamrec.local_services import local_services
 from streamrec.passes import RowKind, complete_passes, pass_dir, read_manifest
 from trainers.control_plane import ClusterClient
 

@@ -36,10 +36,10 @@ from calibration import train_on_the_cluster
 from label_freshness import policy_configs
 from machine import hardware_line
 
+from devservices.local_services import local_services
 from streaming.pass_builder import PassBuilder
 from streaming.producer import produce_synthetic
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.local_services import local_services
 from streamrec.passes import complete_passes
 
 FIRST = "202609010000"

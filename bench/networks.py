@@ -21,6 +21,7 @@ from pathlib import Path
 from machine import hardware_line
 from pipeline import REPO, build
 
+from devservices.local_services import local_services
 from streamrec.config import (
     PathConfig,
     PipelineConfig,
@@ -29,7 +30,6 @@ from streamrec.config import (
     load_config,
     with_services,
 )
-from streamrec.local_services import local_services
 from trainers.launcher import LocalCluster
 
 EXAMPLE = REPO / "examples" / "din"

@@ -24,7 +24,7 @@ from streamrec.config import (
     load_config,
     with_services,
 )
-from streamrec.local_ports import free_port
+from streamrec.ports import free_port
 from trainers.hosts.node_processes import fleetrun_path
 
 REPO = Path(__file__).resolve().parent.parent

@@ -51,6 +51,7 @@ from machine import hardware_line
 from pipeline import bench_config, delivering_every_pass
 from serving import Served
 
+from devservices.local_services import local_services
 from ops.charts import Series, YRange, chart_page, line_chart
 from serving_export import delivery
 from serving_export.manifest import ArtifactManifest
@@ -58,7 +59,6 @@ from streaming.events import pass_table_schema
 from streaming.slices import assemble_pass, write_slice
 from streamrec.config import PipelineConfig, dump_config
 from streamrec.contracts.training import TrainResult
-from streamrec.local_services import local_services
 from streamrec.passes import EventCounts, PartitionRange, pass_dir
 from streamrec.redis_conn import connect
 from trainers.launcher import LocalCluster

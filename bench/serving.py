@@ -59,14 +59,14 @@ import pyarrow.parquet as pq
 from machine import hardware_line
 from pipeline import STREAMREC, bench_config, build, delivering_every_pass
 
+from devservices.local_services import local_services
 from ops import pass_sequence
 from serving_export import delivery
 from serving_export.predictor import Predictor
 from serving_export.sparse_store import InProcessStore
 from streamrec.config import PipelineConfig, derived, dump_config, load_config
-from streamrec.local_ports import free_port
-from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
+from streamrec.ports import free_port
 from trainers.launcher import LocalCluster
 
 BIG_FIRST, SMALL_FIRST = "202601010000", "202601010010"
@@ -118,7 +118,7 @@ def train_and_deliver(root: Path, services, big_rows: int, small_rows: int) -> d
             print(f"training {pass_id}", flush=True)
             trained = c.train(pass_id)
         decision = delivery.evaluate(cfg, trained)
-        delivery.deliver(cfg, pass_sequence.publish(cfg, c, second, decision))
+        delivery.deliver(cfg, pass_sequence.export_and_publish(cfg, c, second, decision))
         trained = c.train(third)
         raw = c.export(third).raw_export  # packaged twice below, each timed
     decision = delivery.evaluate(cfg, trained)

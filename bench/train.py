@@ -57,10 +57,10 @@ import pyarrow.parquet as pq
 from machine import hardware_line
 from pipeline import REPO, bench_config, build, fleet_job, tsv_line, with_settings
 
+from devservices.local_services import local_services
 from streamrec.auc import exact_auc
 from streamrec.config import PipelineConfig, derived, dump_config, load_config
 from streamrec.contracts.training import ScoreReply
-from streamrec.local_services import local_services
 from streamrec.passes import pass_dir, read_manifest
 from trainers.launcher import LocalCluster
 

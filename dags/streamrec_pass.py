@@ -22,7 +22,7 @@ With `cluster.follow_passes: false` each run drives its pass, a task per step:
 | `wait_pass` | `passes.pass_state` | until `_SUCCESS`; skips a window with no pass or caught up |
 | `train_pass` | `ClusterClient.train` | progressive validation, training, checkpoint (delta/base) |
 | `evaluate` | `delivery.evaluate` | the quality-gate decision, stored on the pass |
-| `export` | `pass_sequence.publish` | the pass as an artifact; or skipped |
+| `export` | `pass_sequence.export_and_publish` | the pass as an artifact; or skipped |
 | `deliver` | `delivery.deliver` | the serving pointer moved; an event on the model asset |
 | `day_end` | `pass_sequence.day_end` | after a day's last pass: shrink, retention |
 | `catch_up` | `catchup.catch_up` | while behind: the complete passes after this one, the same way |
@@ -187,7 +187,7 @@ def streamrec_pass():
                 f"pass {later} is complete already: this run's catch_up trains it and "
                 "delivers the newest pass it trains"
             )
-        return pass_sequence.publish(cfg, _client(cfg), pass_id, gate)
+        return pass_sequence.export_and_publish(cfg, _client(cfg), pass_id, gate)
 
     @task(outlets=[SERVING_MODEL])
     def deliver(version: str, *, outlet_events=None) -> dict[str, Any]:
@@ -221,7 +221,9 @@ def streamrec_pass():
         _skip_unless_passed(newest.pass_id, newest.decision)
         if newest.pass_id in registry_for(cfg).versions():
             raise AirflowSkipException(f"pass {newest.pass_id} was published by `export`")
-        version = pass_sequence.publish(cfg, _client(cfg), newest.pass_id, newest.decision)
+        version = pass_sequence.export_and_publish(
+            cfg, _client(cfg), newest.pass_id, newest.decision
+        )
         return _deliver(cfg, version, outlet_events)
 
     @task

@@ -6,8 +6,8 @@ import shutil
 from contextlib import ExitStack
 from pathlib import Path
 
+from devservices.local_services import local_services
 from streamrec.config import PipelineConfig, with_services
-from streamrec.local_services import local_services
 
 
 def on_local_services(cfg: PipelineConfig, stack: ExitStack) -> PipelineConfig:

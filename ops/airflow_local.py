@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamrec.errors import ServiceError
-from streamrec.local_ports import free_port
+from streamrec.ports import free_port
 from streamrec.waiting import poll_until
 
 log = logging.getLogger(__name__)

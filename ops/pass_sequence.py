@@ -1,16 +1,18 @@
 """One pass's steps, written once, in the order the pipeline runs them.
 
     ClusterClient.train -> delivery.evaluate (the quality gate, judged once per pass)
-    -> publish (the cluster's export packaged as a version) -> delivery.deliver (the
-    serving pointer moves) -> day_end (after a logical day's last pass: the cluster's
-    shrink and daily save, then retention)
+    -> export_and_publish (the cluster's export packaged as a version and registered)
+    -> delivery.deliver (the serving pointer moves) -> day_end (after a logical day's last
+    pass: the cluster's shrink and daily save, then retention)
 
-``publish`` and ``deliver`` run only for a pass its gate passed; ``day_end`` runs either
-way, after them, off the path from training to serving. The Airflow DAG runs each step as
-its own task (``dags/streamrec_pass.py``: a step that fails is retried alone), calling
-``publish`` and ``day_end`` here and the stages' own functions for the rest. The demo and
-the serving tests run a pass whole through ``run_pass``; the catch-up takes ``day_end``,
-``bench/serving.py`` and the table lifecycle test take ``publish``.
+``export_and_publish`` and ``deliver`` run only for a pass its gate passed; ``day_end``
+runs either way, after them, off the path from training to serving. The Airflow DAG runs
+each step as its own task (``dags/streamrec_pass.py``: a step that fails is retried
+alone), calling ``export_and_publish`` and ``day_end`` here and the stages' own functions
+for the rest. The demo and the serving tests run a pass whole through ``run_pass``; the
+catch-up takes ``day_end``, ``bench/serving.py`` and the table lifecycle test take
+``export_and_publish`` (``delivery.publish`` is its second half: a raw export packaged
+and registered).
 Every step is idempotent per pass: a step run again returns what it did the first time.
 """
 
@@ -37,7 +39,7 @@ class PassOutcome:
     day_end: DayEnd
 
 
-def publish(
+def export_and_publish(
     cfg: PipelineConfig, client: ClusterClient, pass_id: str, decision: GateDecision
 ) -> str:
     """The model as trained through ``pass_id`` exported and published; its version."""
@@ -65,5 +67,5 @@ def run_pass(cfg: PipelineConfig, client: ClusterClient, pass_id: str) -> PassOu
     decision = delivery.evaluate(cfg, trained)
     version = None
     if decision.passed:
-        version = delivery.deliver(cfg, publish(cfg, client, pass_id, decision)).version
+        version = delivery.deliver(cfg, export_and_publish(cfg, client, pass_id, decision)).version
     return PassOutcome(trained, decision, version, day_end(cfg, client, pass_id))

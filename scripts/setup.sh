@@ -45,5 +45,5 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 # the pinned Apache Kafka broker (the demo's and the tests'), through Maven into a cache
-# folder once (streamrec/kafka_broker.py)
-.venv/bin/python -m streamrec.kafka_broker install >/dev/null
+# folder once (devservices/kafka_broker.py)
+.venv/bin/python -m devservices.kafka_broker install >/dev/null

@@ -36,8 +36,8 @@ import numpy as np
 
 from serving_export.errors import ExportInvalid
 from serving_export.manifest import (
+    ARTIFACT_MANIFEST_NAME,
     ARTIFACT_VERSION,
-    MANIFEST_NAME,
     ArtifactManifest,
     ArtifactMetrics,
     Freshness,
@@ -76,7 +76,7 @@ def version_dir(model_dir: Path, version: str) -> Path:
 
 def read_published(directory: Path) -> ArtifactManifest | None:
     """The manifest of a published artifact directory, None when there is none."""
-    path = Path(directory) / MANIFEST_NAME
+    path = Path(directory) / ARTIFACT_MANIFEST_NAME
     return ArtifactManifest.parse(path.read_text(), str(path)) if path.is_file() else None
 
 
@@ -186,7 +186,7 @@ def package_export(
         freshness=_freshness(cfg, spec),
         files=files,
     )
-    (tmp / MANIFEST_NAME).write_text(manifest.to_json())
+    (tmp / ARTIFACT_MANIFEST_NAME).write_text(manifest.to_json())
     publish_dir(tmp, final)
     sparse = manifest.sparse
     log.info(
@@ -245,9 +245,9 @@ def load_sparse(directory: Path, manifest: ArtifactManifest) -> dict[str, Sparse
 def verify_artifact(directory: Path) -> ArtifactManifest:
     """The manifest of ``directory`` after checking every file against its sha256; a file
     the manifest places outside ``directory`` (``../``, absolute, a symlink out) is refused."""
-    manifest_path = Path(directory) / MANIFEST_NAME
+    manifest_path = Path(directory) / ARTIFACT_MANIFEST_NAME
     if not manifest_path.is_file():
-        raise ExportInvalid(f"{directory}: no {MANIFEST_NAME}")
+        raise ExportInvalid(f"{directory}: no {ARTIFACT_MANIFEST_NAME}")
     manifest = ArtifactManifest.parse(manifest_path.read_text(), str(manifest_path))
     root = Path(directory).resolve()
     for rel, digest in manifest.files.items():

@@ -21,7 +21,7 @@ from trainers.export_spec import OnnxTwin
 
 # 3: the network and the sequence feeds; 4: several sparse tables; 5: a head per task
 ARTIFACT_VERSION = 5
-MANIFEST_NAME = "MANIFEST.json"
+ARTIFACT_MANIFEST_NAME = "MANIFEST.json"
 
 
 class _Frozen(BaseModel):

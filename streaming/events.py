@@ -274,7 +274,7 @@ def scoring_row(event: Any, schema: SchemaConfig) -> dict[str, Any]:
     return feature_row(sparse, dense, schema)
 
 
-class Layout(NamedTuple):
+class EventLayout(NamedTuple):
     """The schema as plain values, read for every event."""
 
     slots: tuple[tuple[str, bool, str], ...]  # name, multi, default
@@ -284,15 +284,15 @@ class Layout(NamedTuple):
     label_fields: frozenset[str]  # an event's fields a label may be given in
 
 
-_last_layout: tuple[SchemaConfig, Layout] | None = None
+_last_layout: tuple[SchemaConfig, EventLayout] | None = None
 
 
-def _layout(schema: SchemaConfig) -> Layout:
+def _layout(schema: SchemaConfig) -> EventLayout:
     """Plain tuples of the schema's slots and features, read for every event. Cached for the
     last schema seen; the cache holds the schema itself, so identity cannot be mistaken."""
     global _last_layout
     if _last_layout is None or _last_layout[0] is not schema:
-        layout = Layout(
+        layout = EventLayout(
             tuple((s.name, s.multi, s.default) for s in schema.sparse),
             tuple((d.name, d.default) for d in schema.dense),
             frozenset(s.name for s in schema.sparse),

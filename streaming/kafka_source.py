@@ -45,7 +45,11 @@ class _Rebalance(ConsumerRebalanceListener):
 def topic_key(cfg: PipelineConfig, kind: str) -> str:
     """The config key naming the topic of ``kind`` (impressions, or a joined label)."""
     if kind == "impressions":
-        return "kafka.impressions_topic"
+        return (
+            "serving.log_topic"
+            if cfg.passes.cut_from == "served_log"
+            else "kafka.impressions_topic"
+        )
     if cfg.join.mode == "click_join":
         return "join.clicks_topic"
     return f"schema.labels ({kind}).topic"

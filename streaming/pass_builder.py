@@ -167,7 +167,7 @@ class PassBuilder:
         self._joined = joined_labels(cfg.labels)
         self._plan = plan_of(cfg)
         self._time_key = {label.name: label.time_key for label in cfg.topic_labels}
-        self.topics = {IMPRESSIONS: cfg.kafka.impressions_topic}
+        self.topics = {IMPRESSIONS: cfg.pass_topic}
         self.topics |= {label.name: label.topic for label in cfg.topic_labels if label.topic}
         self._kind = {topic: kind for kind, topic in self.topics.items()}
         self._served = cfg.served_tasks

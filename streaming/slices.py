@@ -29,7 +29,7 @@ from streamrec.atomic_fs import publish_dir, sha256_file, temp_dir_for, write_te
 from streamrec.layout import DataLayout, day_of
 from streamrec.listing import Listing, list_folder
 from streamrec.passes import (
-    MANIFEST_NAME,
+    PASS_MANIFEST_NAME,
     SLICE_MANIFEST_NAME,
     SUCCESS_NAME,
     EventCounts,
@@ -250,7 +250,7 @@ def assemble_pass(
         created_at=datetime.now(UTC).isoformat(),
         **by_topic,
     )
-    if not _publish(tmp, final, MANIFEST_NAME, manifest):
+    if not _publish(tmp, final, PASS_MANIFEST_NAME, manifest):
         return read_manifest(final)
     log.info(
         "pass %s complete: %d rows from %d partitions (%d with a slice of it)",

@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from streamrec.errors import ContractError
 from streamrec.layout import DataLayout, day_of
 from streamrec.listing import Listing, list_folder
 
 MANIFEST_VERSION = 1
-MANIFEST_NAME = "_manifest.json"
+PASS_MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 SLICE_MANIFEST_NAME = "_slice.json"
 _ID_FORMATS = {12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}  # by length: minutes, seconds
@@ -259,21 +259,6 @@ class EventCounts(BaseModel):
     )
     matured: int = Field(0, description="Impressions written with their final labels (matured).")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _from_click_counts(cls, data: Any) -> Any:
-        """Read a manifest written before labels were a list (its click counts)."""
-        if isinstance(data, dict) and "late_clicks" in data:
-            data = dict(data)
-            data["labels"] = {
-                "click": {
-                    "late": data.pop("late_clicks"),
-                    "duplicate": data.pop("duplicate_clicks", 0),
-                    "unmatched": data.pop("unmatched_clicks", 0),
-                }
-            }
-        return data
-
     @property
     def malformed_total(self) -> int:
         return sum(self.malformed.values())
@@ -396,7 +381,7 @@ def _read(directory: Path, name: str, model: type[M], what: str) -> M:
 
 def read_manifest(directory: Path) -> PassManifest:
     """The manifest of a complete pass directory."""
-    return _read(directory, MANIFEST_NAME, PassManifest, "pass")
+    return _read(directory, PASS_MANIFEST_NAME, PassManifest, "pass")
 
 
 def read_slice(directory: Path) -> SliceManifest:

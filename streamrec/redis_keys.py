@@ -98,10 +98,6 @@ class RedisKeys:
     def cursor(self) -> str:
         return f"{self.prefix}:cursor:cluster"
 
-    def rank_cursor_pattern(self, role: str) -> str:
-        """The cursor each worker kept before the cluster's one (read once, to migrate)."""
-        return f"{self.prefix}:cursor:{role}:[0-9]*"
-
     def done(self, kind: str, pass_id: str) -> str:
         return f"{self.prefix}:done:{kind}:{pass_id}"
 

@@ -16,6 +16,7 @@ import pytest
 from cpu_report import CpuReport
 from hypothesis import settings
 
+from devservices.local_services import LocalServices, local_services
 from serving_export.manifest import ARTIFACT_VERSION, ArtifactManifest
 from streaming.feature_signs import SIGN_VERSION
 from streamrec.config import (
@@ -28,8 +29,7 @@ from streamrec.config import (
 )
 from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.training import PassMetrics, TrainResult
-from streamrec.local_ports import PORT_RANGE_ENV, port_range
-from streamrec.local_services import LocalServices, local_services
+from streamrec.ports import PORT_RANGE_ENV, port_range
 from trainers.network_loader import network_path
 
 REPO = Path(__file__).resolve().parent.parent

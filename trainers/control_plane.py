@@ -375,15 +375,3 @@ class WorkerChannel:
     def skip(self, command: Command) -> None:
         """Leader only: move the cluster's cursor past ``command`` without running it."""
         self._r.set(self._keys.cursor, command.stream_id)
-
-    def adopt_rank_cursors(self) -> None:
-        """Leader only, at start: a cluster whose workers each kept a cursor (before the
-        cluster's one) resumes after the command all of them had finished."""
-        legacy = list(scan_keys(self._r, self._keys.rank_cursor_pattern(WORKER)))
-        if not legacy:
-            return
-        ids = [v for v in self._r.mget(legacy) if v]
-        if ids and self._r.get(self._keys.cursor) is None:
-            oldest = min(ids, key=lambda i: tuple(int(p) for p in i.split("-")))
-            self._r.set(self._keys.cursor, oldest)
-        self._r.delete(*legacy)

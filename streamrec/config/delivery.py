@@ -54,7 +54,7 @@ class GateConfig(_Strict):
 class OnlineConfig(_Strict):
     """Online metrics of each served version on the traffic it answered, and the alarm that
     rolls a worse one back (``streamrec online``); they need passes cut from the served
-    log (``kafka.impressions_topic`` = ``serving.log_topic``)."""
+    log (``passes.cut_from: served_log``)."""
 
     windows: int = Field(
         48, ge=1, description="Newest passes (windows) the online metrics and the alarm read."

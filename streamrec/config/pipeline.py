@@ -84,13 +84,23 @@ class PipelineConfig(_Strict):
 
     @model_validator(mode="after")
     def _served_impressions_carry_no_labels(self) -> PipelineConfig:
-        carried = [x.name for x in self.labels if x.source == "impression"]
-        if self.kafka.impressions_topic == self.serving.log_topic and carried:
+        log = self.serving.log_topic
+        if self.passes.cut_from == "served_log" and log is None:
             raise ValueError(
-                f"kafka.impressions_topic is serving.log_topic ({self.serving.log_topic}): "
-                "passes are cut from what was served, which carries no label; join "
-                f"{carried} from their own topics (join.mode: click_join, or schema.labels "
-                "with source: topic)"
+                "passes.cut_from: served_log needs the served log: set serving.log_topic"
+            )
+        if self.passes.cut_from == "impressions" and self.kafka.impressions_topic == log:
+            raise ValueError(
+                f"kafka.impressions_topic is serving.log_topic ({log}): to cut the passes "
+                "from what was served, set passes.cut_from: served_log and leave "
+                "kafka.impressions_topic to the producers' topic"
+            )
+        carried = [x.name for x in self.labels if x.source == "impression"]
+        if self.passes.cut_from == "served_log" and carried:
+            raise ValueError(
+                "passes.cut_from is served_log: passes are cut from what was served, which "
+                f"carries no label; join {carried} from their own topics (join.mode: "
+                "click_join, or schema.labels with source: topic)"
             )
         return self
 
@@ -105,8 +115,7 @@ class PipelineConfig(_Strict):
         ):
             if on and not self.served_tasks:
                 raise ValueError(
-                    f"{key} needs passes cut from the served log: set "
-                    "kafka.impressions_topic to serving.log_topic"
+                    f"{key} needs passes cut from the served log: set passes.cut_from: served_log"
                 )
         if self.serving.canary_share + self.serving.holdout_share >= 1:
             raise ValueError(
@@ -129,11 +138,18 @@ class PipelineConfig(_Strict):
         ]
 
     @property
+    def pass_topic(self) -> str:
+        """The topic the passes are cut from (``passes.cut_from``)."""
+        if self.passes.cut_from == "served_log" and self.serving.log_topic is not None:
+            return self.serving.log_topic
+        return self.kafka.impressions_topic
+
+    @property
     def served_tasks(self) -> tuple[str, ...]:
-        """Passes cut from the served log (``kafka.impressions_topic`` is
-        ``serving.log_topic``) keep, per row, the version that scored it and the probability
-        it gave each of these tasks (every label); other passes: none."""
-        if self.serving.log_topic is None or self.kafka.impressions_topic != self.serving.log_topic:
+        """Passes cut from the served log (``passes.cut_from: served_log``) keep, per row,
+        the version that scored it and the probability it gave each of these tasks (every
+        label); other passes: none."""
+        if self.passes.cut_from != "served_log":
             return ()
         return tuple(label.name for label in self.labels)
 

@@ -18,6 +18,13 @@ class PassConfig(_Strict):
         description="Length of one event-time pass window, in seconds: 10, 12, 15, 20 or 30, "
         "or whole minutes that divide a day (60, 300, 600, 3600...)."
     )
+    cut_from: Literal["impressions", "served_log"] = Field(
+        "impressions",
+        description="What the passes are cut from: impressions, the producers' topic "
+        "(kafka.impressions_topic); or served_log, what streamrec serve scored and logged "
+        "(serving.log_topic), so a pass trains on exactly the features that were served "
+        "and each row keeps the version and scores that answered it (closed loop).",
+    )
     allowed_lateness_seconds: int = Field(
         60, ge=0, description="A window closes once the watermark is this far past its end."
     )

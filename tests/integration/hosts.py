@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from streamrec.kafka_broker import start_kafka
+from devservices.kafka_broker import start_kafka
 
 NETNS_ETC = Path("/etc/netns")
 SUBNET_LOCK = Path(tempfile.gettempdir()) / "streamrec-test-networks.lock"

@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 
 from streamrec.entry import STOPPED
-from streamrec.local_ports import free_port
+from streamrec.ports import free_port
 
 STREAMREC = str(Path(sys.executable).parent / "streamrec")
 

@@ -203,6 +203,7 @@ def _config_for(
     cfg = derived(
         cfg,
         "passes cut from the served log",
+        passes={"cut_from": "served_log"},
         serving={
             "sparse_store": "inprocess",
             "poll_seconds": 0.1,

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devservices.kafka_broker import KAFKA_VERSION
 from streamrec.config import ClusterConfig, dump_config, load_config
 from streamrec.contracts.cluster import NodeBeat
-from streamrec.kafka_broker import KAFKA_VERSION
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.hosts.generation import GenerationStore
@@ -145,7 +145,7 @@ def test_compose_file_is_valid_and_complete(
         assert services[name]["environment"]["REDIS_PASSWORD"] == secrets["REDIS_PASSWORD"]
 
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
-    # the broker deployed is the version every test runs on (streamrec.kafka_broker)
+    # the broker deployed is the version every test runs on (devservices.kafka_broker)
     assert services["kafka"]["image"] == f"apache/kafka:{KAFKA_VERSION}"
     # every node of the config's cluster runs as the service of its name, as that host
     monkeypatch.setenv("REDIS_PASSWORD", secrets["REDIS_PASSWORD"])  # the config checks it

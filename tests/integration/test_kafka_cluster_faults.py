@@ -35,9 +35,9 @@ import pytest
 from hosts import Network, can_make_hosts
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
+from devservices.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
+from devservices.processes import RunningService
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
-from streamrec.local_ports import RunningService
 from streamrec.passes import complete_passes, pass_dir, read_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]

@@ -28,10 +28,10 @@ from kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from devservices.kafka_broker import start_kafka
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.kafka_broker import start_kafka
-from streamrec.local_ports import free_port
 from streamrec.passes import complete_passes
+from streamrec.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # ~150 s alone, under load more
 

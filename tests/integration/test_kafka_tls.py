@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from certificates import Certificates, broker_ssl, make_certificates
 
+from devservices.kafka_broker import start_kafka
 from streaming.pass_builder import PassBuilder
 from streamrec.config import PipelineConfig, derived, dump_config
-from streamrec.kafka_broker import start_kafka
-from streamrec.local_ports import free_port
 from streamrec.passes import pass_dir, read_manifest
+from streamrec.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # ~150 s alone, under load more
 

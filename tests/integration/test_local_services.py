@@ -10,11 +10,11 @@ import pytest
 import redis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from devservices import processes
+from devservices.kafka_broker import KAFKA_VERSION
+from devservices.local_services import local_services, start_redis
 from streaming.topics import ensure_topic
-from streamrec import local_ports
 from streamrec.config import KafkaConfig
-from streamrec.kafka_broker import KAFKA_VERSION
-from streamrec.local_services import local_services, start_redis
 
 
 def test_services_answer_and_stop(tmp_path: Path) -> None:
@@ -54,8 +54,8 @@ def test_a_port_taken_before_the_bind_moves_the_service_to_another(
     taken = socket.create_server(("127.0.0.1", 0))
     port = taken.getsockname()[1]
     handed = iter([port])
-    real = local_ports.free_port
-    monkeypatch.setattr(local_ports, "free_port", lambda: next(handed, None) or real())
+    real = processes.free_port
+    monkeypatch.setattr(processes, "free_port", lambda: next(handed, None) or real())
     with taken:
         service = start_redis(tmp_path)
         try:

@@ -20,8 +20,8 @@ import redis
 
 from streamrec.config import PipelineConfig, derived, dump_config
 from streamrec.entry import STOPPED
-from streamrec.local_ports import free_port
 from streamrec.passes import pass_dir, read_manifest
+from streamrec.ports import free_port
 from trainers.control_plane import ClusterClient
 
 STREAMREC = str(Path(sys.executable).parent / "streamrec")

@@ -49,6 +49,7 @@ from pass_rows import cluster_scores, pass_events
 from serve_process import STREAMREC, Service
 from topic_reads import read_topic
 
+from devservices.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
 from ops.pass_sequence import run_pass
 from serving_export import delivery
 from serving_export.artifact import verify_artifact
@@ -59,9 +60,8 @@ from streaming.feature_signs import signs_of_values
 from streaming.producer import make_producer
 from streaming.topics import ensure_topic
 from streamrec.config import DEFAULT_SPARSE_TABLE, PipelineConfig, derived, dump_config
-from streamrec.kafka_broker import KafkaNode, restart_kafka_node, start_kafka_cluster
-from streamrec.local_ports import free_port
 from streamrec.passes import PassClock, pass_dir, read_manifest
+from streamrec.ports import free_port
 from streamrec.redis_keys import RedisKeys
 from trainers.launcher import LocalCluster
 
@@ -740,7 +740,7 @@ def test_sigterm_during_an_overload_stops_within_the_grace(stack: Stack, tmp_pat
 
 
 def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_path: Path) -> None:
-    """``kafka.impressions_topic`` set to ``serving.log_topic``: the passes are cut from
+    """``passes.cut_from: served_log``: the passes are cut from
     what ``streamrec serve`` scored, clicks joined to it by event id, so a producer's own
     copy of an impression with other features never reaches training."""
     if not stack.trained:
@@ -748,7 +748,7 @@ def test_passes_cut_from_the_served_log_train_what_was_served(stack: Stack, tmp_
     suffix = uuid.uuid4().hex[:8]
     served_topic, clicks_topic = f"served-{suffix}", f"served-clicks-{suffix}"
     data = stack.cfg.model_dump(mode="json", by_alias=True)
-    data["kafka"]["impressions_topic"] = served_topic
+    data["passes"]["cut_from"] = "served_log"
     data["join"] |= {"mode": "click_join", "clicks_topic": clicks_topic, "label_window_seconds": 5}
     data["serving"]["log_topic"] = served_topic
     data["passes"] |= {

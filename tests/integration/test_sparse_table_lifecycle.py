@@ -75,7 +75,7 @@ def _run(
             keys.append(trained.checkpoint.table_keys)
             if publish:  # before the day's end, as the DAG's tasks run (any gate passes)
                 passed = GateDecision(passed=True, auc=trained.test.auc, serving_auc=None)
-                version = pass_sequence.publish(cfg, cluster.client, pass_id, passed)
+                version = pass_sequence.export_and_publish(cfg, cluster.client, pass_id, passed)
                 versions.append(delivery.registry_for(cfg).manifest(version))
             # the cluster's half of pass_sequence.day_end: retention would delete the
             # passes of the stream the other fixture's cluster trains on

@@ -65,6 +65,7 @@ import psutil
 import pyarrow.parquet as pq
 import redis
 
+from devservices.kafka_broker import start_kafka
 from ops.airflow_local import LocalAirflow
 from ops.status import pass_finished
 from serving_export.artifact import verify_artifact, version_dir
@@ -86,10 +87,9 @@ from streamrec.config import (
     with_services,
 )
 from streamrec.contracts.pass_status import read_statuses
-from streamrec.kafka_broker import start_kafka
-from streamrec.local_ports import free_port
 from streamrec.logs import setup_logging
 from streamrec.passes import PassClock, complete_passes, pass_dir, read_manifest
+from streamrec.ports import free_port
 from streamrec.redis_conn import connect, scan_keys
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import list_checkpoints

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ops.cli import DELEGATED, plugin_commands
-from streamrec.local_ports import free_port
+from streamrec.ports import free_port
 
 CLI = str(Path(sys.executable).with_name("streamrec"))
 OWN = ["status", "report", "deliver", "rollback", "online", "retention", "schema"]

@@ -385,16 +385,28 @@ def test_passes_cut_from_the_served_log_take_every_label_from_a_topic(shipped_co
     served = derived(
         shipped_config,
         "training from what was served",
-        kafka={"impressions_topic": "served"},
+        passes={"cut_from": "served_log"},
         serving={"log_topic": "served"},
     )
     assert served.join.mode == "click_join"  # the clicks come from their topic: fine
     with pytest.raises(ConfigError, match=r"carries no label; join \['click'\]"):
         derived(served, "labels in the impression", join={"mode": "label_in_impression"})
     assert served.served_tasks == ("click",)  # each row keeps what scored it
-    assert (
-        derived(served, "its own impressions", kafka={"impressions_topic": "i"}).served_tasks == ()
-    )
+    assert served.pass_topic == "served" and served.kafka.impressions_topic == "impressions"
+    own = derived(served, "its own impressions", passes={"cut_from": "impressions"})
+    assert own.served_tasks == () and own.pass_topic == "impressions"
+
+
+def test_the_closed_loop_is_named_not_implied_by_two_topics(shipped_config) -> None:
+    with pytest.raises(ConfigError, match=r"set passes\.cut_from: served_log"):
+        derived(
+            shipped_config,
+            "the served log as the impressions topic",
+            kafka={"impressions_topic": "served"},
+            serving={"log_topic": "served"},
+        )
+    with pytest.raises(ConfigError, match=r"needs the served log: set serving\.log_topic"):
+        derived(shipped_config, "no log to cut from", passes={"cut_from": "served_log"})
 
 
 def test_the_online_alarm_needs_passes_cut_from_the_served_log(shipped_config) -> None:
@@ -403,7 +415,7 @@ def test_the_online_alarm_needs_passes_cut_from_the_served_log(shipped_config) -
     served = derived(
         shipped_config,
         "training from what was served",
-        kafka={"impressions_topic": "served"},
+        passes={"cut_from": "served_log"},
         serving={"log_topic": "served"},
         online={"rollback": True},
     )

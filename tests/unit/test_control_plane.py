@@ -12,7 +12,7 @@ import pytest
 
 from streamrec.config import RedisConfig
 from streamrec.contracts.pass_status import read_status
-from streamrec.redis_conn import connect, scan_keys
+from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.control_plane import WORKER, Command, WorkerChannel
 from trainers.worker.worker_context import blocking_hold_s
@@ -105,8 +105,7 @@ def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(
 ) -> None:
     """One cursor for the cluster, moved in the transaction that records a command: until
     worker 0 records it, every worker reads that command again (a kill before the record
-    re-runs it on all of them); once it is recorded, every worker reads the next one. The
-    per-worker cursors of an older cluster are adopted at the oldest of them."""
+    re-runs it on all of them); once it is recorded, every worker reads the next one."""
     r = connect(RedisConfig(url=services.redis_url))
     keys = RedisKeys(f"cursor-{time.time_ns()}")
     leader, other = (WorkerChannel(r, keys, rank, 1.0) for rank in (0, 1))
@@ -122,14 +121,6 @@ def test_every_worker_reads_the_command_after_the_one_the_cluster_recorded(
     assert r.get(keys.cursor) == ids[0]
     assert r.exists(keys.done("train", "p1")) and r.hget(keys.command("c1"), "status") == "done"
     assert [leader.next_command(10).id, other.next_command(10).id] == ["c2", "c2"]
-
-    r.delete(keys.cursor)
-    r.set(f"{keys.prefix}:cursor:{WORKER}:0", ids[1])  # worker 0 had moved on, worker 1 not
-    r.set(f"{keys.prefix}:cursor:{WORKER}:1", ids[0])
-    leader.adopt_rank_cursors()
-    assert r.get(keys.cursor) == ids[0]
-    assert not list(scan_keys(r, keys.rank_cursor_pattern(WORKER)))
-    assert other.next_command(10).id == "c2"
 
 
 def test_a_reply_is_recorded_on_the_pass_once_and_a_broken_one_fails_its_command(

@@ -49,7 +49,7 @@ def test_passes_cut_from_the_served_log_are_judged_online_beside_training(
 ) -> None:
     raw = _shipped(repo)
     raw["cluster"]["follow_passes"] = follow
-    raw["kafka"]["impressions_topic"] = "served"
+    raw["passes"]["cut_from"] = "served_log"
     raw.setdefault("serving", {})["log_topic"] = "served"
     _use(raw, tmp_path / "served.yaml", monkeypatch)
     dag = _bag(repo)

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from devservices.kafka_broker import KAFKA_VERSION
 from streamrec.config import PipelineConfig, load_config
-from streamrec.kafka_broker import KAFKA_VERSION
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 VERSION = "1.34"

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from devservices.kafka_broker import cluster_id
 from streamrec.errors import ServiceError
-from streamrec.kafka_broker import cluster_id
-from streamrec.local_ports import PORT_RANGE_ENV, free_port, port_range
+from streamrec.ports import PORT_RANGE_ENV, free_port, port_range
 
 
 def test_default_range_is_below_the_ephemeral_ports(monkeypatch: pytest.MonkeyPatch) -> None:

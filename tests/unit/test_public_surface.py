@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["streamrec", "streaming", "trainers", "serving_export", "ops"]
+PACKAGES = ["streamrec", "streaming", "trainers", "serving_export", "ops", "devservices"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -76,9 +76,11 @@ def probe(module: str, forbidden: tuple[str, ...], cwd: Path | None = None) -> s
 @pytest.mark.parametrize(
     ("module", "forbidden"),
     [
-        ("streamrec", ("streaming", "trainers", "serving_export", "ops", "dags", "demo")),
+        ("streamrec", ("streaming", "trainers", "serving_export", "ops", "devservices", "demo")),
         ("streamrec.network", ("paddle", "streaming", "trainers", "serving_export", "ops")),
-        ("streamrec.local_services", ("streaming", "trainers", "serving_export", "ops")),
+        ("devservices", ("streaming", "trainers", "serving_export", "ops", "dags", "demo")),
+        # the core starts no local service: development tooling is above it
+        ("streamrec.ports", ("devservices", "streaming", "trainers", "serving_export", "ops")),
         # every command's frame: no stage, and no client library it does not need
         ("streamrec.entry", ("streaming", "trainers", "serving_export", "ops", "kafka", "redis")),
         ("streaming", ("trainers", "serving_export", "ops", "dags", "demo")),

@@ -9,7 +9,7 @@ import time
 
 from serving_export.served_log import ServedLog, librdkafka_producer, served_records
 from streamrec.config import PipelineConfig, derived
-from streamrec.local_ports import free_port
+from streamrec.ports import free_port
 
 
 def _log(cfg: PipelineConfig, capacity: int, timeout_ms: int) -> ServedLog:

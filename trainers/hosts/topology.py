@@ -16,7 +16,7 @@ from typing import Literal
 
 from streamrec.config import ClusterConfig, NodeConfig
 from streamrec.errors import ConfigError, ServiceError
-from streamrec.local_ports import free_port
+from streamrec.ports import free_port
 
 Role = Literal["PSERVER", "TRAINER"]
 ROLE_ENV = "TRAINING_ROLE"  # where fleetrun tells each member its Role

@@ -145,7 +145,6 @@ def main(argv: list[str] | None = None) -> int:
     restored = saves.restore(ctx)
     if ctx.leader:  # done markers past the restored model name work it no longer holds
         channel.forget_done_after(restored.pass_id if restored else "")
-        channel.adopt_rank_cursors()
         grace_s = cfg.retention.leftover_minutes * 60
         for removed in remove_leftovers(cluster_leftovers(cfg.paths).leftovers, grace_s):
             log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 _POUR = 0
 
 
-class SyncRounds:
+class RoundKeeper:
     """Round keeping for one worker: the py_func's callable and the counts of a run."""
 
     def __init__(self, communicator: Any) -> None:
@@ -74,7 +74,7 @@ class SyncRounds:
             self.batches += 1
 
 
-def install(loss: Any) -> SyncRounds:
+def install(loss: Any) -> RoundKeeper:
     """Worker side, after ``fleet.init_worker()``: build the unstarted SYNC communicator
     and append the per-batch round to the training program (after ``loss``'s backward and
     sends)."""
@@ -105,7 +105,7 @@ def install(loss: Any) -> SyncRounds:
         runtime.string_hosts,
         paddle.static.global_scope(),
     )
-    rounds = SyncRounds(communicator)
+    rounds = RoundKeeper(communicator)
     # a plain function: py_func maps the op's inputs onto the callable's named arguments,
     # and would count a bound method's ``self`` among them
 

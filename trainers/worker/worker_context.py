@@ -19,7 +19,7 @@ from streamrec.config import PipelineConfig
 from trainers.checkpoints import CheckpointInfo, ModelSignature
 from trainers.models import ModelGraph
 from trainers.worker.dense_average import IterateAverage
-from trainers.worker.sync_mode import SyncRounds
+from trainers.worker.sync_mode import RoundKeeper
 
 T = TypeVar("T")
 
@@ -41,7 +41,7 @@ class WorkerContext:
     table_keys: np.ndarray = field(  # worker 0: keys in the sparse table, from the saves
         default_factory=lambda: np.empty(0, dtype=np.uint64)
     )
-    sync: SyncRounds | None = None  # sync mode: the per-batch rounds (``sync_mode``)
+    sync: RoundKeeper | None = None  # sync mode: the per-batch rounds (``sync_mode``)
     average: IterateAverage | None = None  # dense_average: pass (``dense_average``)
 
     @property

@@ -11,7 +11,7 @@ and hands back a ``RunningService`` whose ``stop`` shuts it down cleanly.
 ``start_kafka_cluster`` runs several such nodes as one replicated cluster (each a broker
 and a voter), and ``restart_kafka_node`` starts one of them again on the storage it left.
 
-    python -m streamrec.kafka_broker install     # what scripts/setup.sh runs
+    python -m devservices.kafka_broker install     # what scripts/setup.sh runs
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devservices.processes import PortTaken, RunningService, wait_until_answers
 from streamrec.errors import ServiceError
-from streamrec.local_ports import PortTaken, RunningService, free_port, wait_until_answers
+from streamrec.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def installed_home() -> Path:
     if not (home / _COMPLETE).is_file():
         raise ServiceError(
             f"Apache Kafka {KAFKA_VERSION} is not installed in {home.parent}: bash "
-            "scripts/setup.sh installs it (python -m streamrec.kafka_broker install)"
+            "scripts/setup.sh installs it (python -m devservices.kafka_broker install)"
         )
     return home
 
@@ -439,7 +440,7 @@ def _wait(service: RunningService, node: KafkaNode, client: dict[str, Any], time
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args != ["install"]:
-        print("usage: python -m streamrec.kafka_broker install", file=sys.stderr)
+        print("usage: python -m devservices.kafka_broker install", file=sys.stderr)
         return 2
     try:
         print(install_kafka())

@@ -1,6 +1,6 @@
 """Apache Kafka and redis-server on free loopback ports, for the demo and the tests.
 
-The broker is Apache Kafka as ``streamrec.kafka_broker`` installs and runs it (one KRaft
+The broker is Apache Kafka as ``devservices.kafka_broker`` installs and runs it (one KRaft
 node, its storage in the log folder); ``redis-server`` comes from Debian. Users who run
 their own Kafka and Redis put their addresses in the config instead of ``embedded``.
 """
@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from devservices.kafka_broker import start_kafka
+from devservices.processes import RunningService, on_a_free_port, wait_until_answers
 from streamrec.errors import ServiceError
-from streamrec.kafka_broker import start_kafka
-from streamrec.local_ports import RunningService, on_a_free_port, wait_until_answers
 
 log = logging.getLogger(__name__)
 
