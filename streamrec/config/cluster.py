@@ -47,11 +47,13 @@ class NodeConfig(_Strict):
         "StatefulSet pod's stable name, a compose service); names are resolved when each "
         "generation starts, and its servers and workers listen at the address."
     )
-    servers: list[int] = Field(
-        default_factory=list, description="Ports of the parameter servers this host runs."
+    server_ports: list[int] = Field(
+        default_factory=list,
+        description="Ports of the parameter servers this host runs, one a server.",
     )
-    workers: list[int] = Field(
-        default_factory=list, description="Ports of the trainer workers this host runs."
+    worker_ports: list[int] = Field(
+        default_factory=list,
+        description="Ports of the trainer workers this host runs, one a worker.",
     )
 
     @field_validator("address")
@@ -68,7 +70,7 @@ class NodeConfig(_Strict):
             raise ValueError("must be an IPv4 address or a DNS name (lower case)")
         return v
 
-    @field_validator("servers", "workers")
+    @field_validator("server_ports", "worker_ports")
     @classmethod
     def _ports(cls, v: list[int]) -> list[int]:
         if any(not 0 < p < 65536 for p in v):
@@ -142,7 +144,10 @@ class ClusterConfig(_Strict):
         if not isinstance(data, dict) or not data.get("nodes"):
             return data
         nodes = [n if isinstance(n, dict) else n.model_dump() for n in data["nodes"]]
-        counts = {k: sum(len(n.get(k) or []) for n in nodes) for k in ("servers", "workers")}
+        counts = {
+            k: sum(len(n.get(f"{k[:-1]}_ports") or []) for n in nodes)
+            for k in ("servers", "workers")
+        }
         if not all(counts.values()):
             raise ValueError("cluster.nodes must list at least one server and one worker")
         for key, count in counts.items():
@@ -167,12 +172,15 @@ class ClusterConfig(_Strict):
                     "address, so give each host one node entry"
                 )
         for node in self.nodes:
-            ports = node.servers + node.workers
+            ports = node.server_ports + node.worker_ports
             if len(set(ports)) != len(ports):
                 raise ValueError(f"node {node.name}: a port is listed twice")
         first = self._first_server()
         for node in self.nodes:
-            if node.address == first and self.rendezvous_port in node.servers + node.workers:
+            if (
+                node.address == first
+                and self.rendezvous_port in node.server_ports + node.worker_ports
+            ):
                 raise ValueError(
                     f"cluster.rendezvous_port {self.rendezvous_port} is also a member's port "
                     f"on node {node.name}: choose another"
@@ -180,7 +188,7 @@ class ClusterConfig(_Strict):
         return self
 
     def _first_server(self) -> str:
-        return next(n.address for n in self.nodes if n.servers)
+        return next(n.address for n in self.nodes if n.server_ports)
 
 
 class CheckpointConfig(_Strict):

@@ -82,8 +82,8 @@ def test_streamrec_cluster_on_other_storage_exits_2_naming_the_key(
     cluster = ClusterConfig.model_validate(
         {
             "nodes": [
-                {"name": "ps", "address": "127.0.0.2", "servers": [36000]},
-                {"name": "trainer", "address": "127.0.0.3", "workers": [36100]},
+                {"name": "ps", "address": "127.0.0.2", "server_ports": [36000]},
+                {"name": "trainer", "address": "127.0.0.3", "worker_ports": [36100]},
             ]
         }
     )

@@ -217,8 +217,8 @@ def test_node_healthcheck_reads_the_node_agents_heartbeat(repo: Path, make_confi
     raw = yaml.safe_load((repo / "docker-compose.yml").read_text())
     kind, command = raw["x-cluster-node"]["healthcheck"]["test"]
     assert kind == "CMD-SHELL" and "--check" in command
-    node = {"name": socket.gethostname().lower(), "address": "10.0.0.1", "servers": [1]}
-    cluster = ClusterConfig.model_validate({"nodes": [{**node, "workers": [2]}]})
+    node = {"name": socket.gethostname().lower(), "address": "10.0.0.1", "server_ports": [1]}
+    cluster = ClusterConfig.model_validate({"nodes": [{**node, "worker_ports": [2]}]})
     cfg = make_config(cluster=cluster)
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     shell = command.replace("$$", "$").replace("/app/configs/pipeline.docker.yaml", str(config))

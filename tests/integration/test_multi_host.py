@@ -118,9 +118,9 @@ def _config(net: Network, root: Path) -> PipelineConfig:
     )
     cluster = ClusterConfig(
         nodes=[
-            {"name": "h1", "address": h1.address, "servers": [36000]},
-            {"name": "h2", "address": h2.address, "servers": [36000], "workers": [36100]},
-            {"name": "h3", "address": h3.address, "workers": [36100]},
+            {"name": "h1", "address": h1.address, "server_ports": [36000]},
+            {"name": "h2", "address": h2.address, "server_ports": [36000], "worker_ports": [36100]},
+            {"name": "h3", "address": h3.address, "worker_ports": [36100]},
         ],
         node_timeout_seconds=NODE_TIMEOUT_S,
         heartbeat_seconds=1.0,

@@ -166,8 +166,8 @@ def _config(net: Network, bootstrap: str, redis_url: str, root: Path) -> Pipelin
     cfg = with_services(load_config(REPO / "configs" / "pipeline.yaml"), bootstrap, redis_url)
     cluster = ClusterConfig(
         nodes=[
-            {"name": "h1", "address": h1.address, "servers": [36000], "workers": [36100]},
-            {"name": "h2", "address": h2.address, "servers": [36000], "workers": [36100]},
+            {"name": "h1", "address": h1.address, "server_ports": [36000], "worker_ports": [36100]},
+            {"name": "h2", "address": h2.address, "server_ports": [36000], "worker_ports": [36100]},
         ],
         node_timeout_seconds=5.0,
         heartbeat_seconds=1.0,

@@ -89,8 +89,8 @@ def test_every_node_is_a_statefulset_pod_at_its_stable_name(repo: Path, tmp_path
     for node in cfg.cluster.nodes:
         address, ports = pods[node.name]
         assert node.address == address
-        assert set(node.servers + node.workers) <= ports
-    first = next(n for n in cfg.cluster.nodes if n.servers)
+        assert set(node.server_ports + node.worker_ports) <= ports
+    first = next(n for n in cfg.cluster.nodes if n.server_ports)
     assert cfg.cluster.rendezvous_port in pods[first.name][1]
     assert (cfg.cluster.servers, cfg.cluster.workers) == (2, 2)
 

@@ -12,9 +12,9 @@ from streamrec.errors import ConfigError, ServiceError
 from trainers.hosts.topology import LOCAL_NODE, Topology, check_host_name, detect_node
 
 NODES = [
-    {"name": "ps-0", "address": "10.0.0.11", "servers": [36000]},
-    {"name": "mixed", "address": "10.0.0.12", "servers": [36000], "workers": [36100]},
-    {"name": "trainer-0", "address": "10.0.0.13", "workers": [36100, 36101]},
+    {"name": "ps-0", "address": "10.0.0.11", "server_ports": [36000]},
+    {"name": "mixed", "address": "10.0.0.12", "server_ports": [36000], "worker_ports": [36100]},
+    {"name": "trainer-0", "address": "10.0.0.13", "worker_ports": [36100, 36101]},
 ]
 
 
@@ -41,7 +41,7 @@ def test_nodes_decide_the_counts_and_the_endpoints() -> None:
         ({"nodes": [*NODES, {**NODES[0], "name": "again"}]}, "share the address 10.0.0.11"),
         ({"nodes": [*NODES, {**NODES[2], "address": "10.0.0.14"}]}, "share the name trainer-0"),
         ({"nodes": [NODES[0]]}, "at least one server and one worker"),
-        ({"nodes": [{**NODES[1], "workers": [36000]}]}, "a port is listed twice"),
+        ({"nodes": [{**NODES[1], "worker_ports": [36000]}]}, "a port is listed twice"),
         ({"nodes": NODES, "rendezvous_port": 36000}, "rendezvous_port 36000 is also a member"),
         ({"nodes": [{**NODES[1], "address": "PS_0.internal"}]}, "IPv4 address or a DNS name"),
         ({"nodes": [{**NODES[1], "name": "Bad_Name"}]}, "should match pattern"),

@@ -174,10 +174,10 @@ class NodeAgent:
         elif len(roster) < processes.expected:
             lost = self._lost_roles(roster)
             return f"process death on {self.name}: {lost} gone"
-        if self._complete and not self._reported and self.node.workers:
+        if self._complete and not self._reported and self.node.worker_ports:
             pids = {m["pid"] for m in roster}
             reported = sum(w.pid in pids for w in self.client.live_workers())
-            self._reported = reported >= len(self.node.workers)
+            self._reported = reported >= len(self.node.worker_ports)
             if not self._reported and running_for > start_timeout:
                 return f"start timed out on {self.name}: {reported} worker(s) reported"
         for node, incarnation in self._peers.items():
@@ -190,8 +190,8 @@ class NodeAgent:
 
     def _lost_roles(self, roster: Roster) -> str:
         roles = [m["role"] for m in roster]
-        servers = len(self.node.servers) - roles.count("PSERVER")
-        workers = len(self.node.workers) - roles.count("TRAINER")
+        servers = len(self.node.server_ports) - roles.count("PSERVER")
+        workers = len(self.node.worker_ports) - roles.count("TRAINER")
         parts = [
             f"{servers} server(s)" if servers else "",
             f"{workers} worker(s)" if workers else "",

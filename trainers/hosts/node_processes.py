@@ -52,7 +52,7 @@ class NodeProcesses:
     @property
     def expected(self) -> int:
         """How many members this node runs."""
-        return len(self.node.servers) + len(self.node.workers)
+        return len(self.node.server_ports) + len(self.node.worker_ports)
 
     def start(self, started_ms: int, generation: int = 0) -> None:
         """Launch fleetrun; its members start a few seconds later (Paddle's import)."""
@@ -77,8 +77,8 @@ class NodeProcesses:
         log.info(
             "starting node %s: %d server(s), %d worker(s) of %s, logs in %s",
             self.node.name,
-            len(self.node.servers),
-            len(self.node.workers),
+            len(self.node.server_ports),
+            len(self.node.worker_ports),
             self.topology.server_endpoints + " / " + self.topology.worker_endpoints,
             self.log_dir,
         )

@@ -43,8 +43,8 @@ class Topology:
         node = NodeConfig(
             name=LOCAL_NODE,
             address="127.0.0.1",
-            servers=[free_port() for _ in range(servers)],
-            workers=[free_port() for _ in range(workers)],
+            server_ports=[free_port() for _ in range(servers)],
+            worker_ports=[free_port() for _ in range(workers)],
         )
         return cls((node,), free_port())
 
@@ -85,16 +85,16 @@ class Topology:
 
     @property
     def server_endpoints(self) -> str:
-        return ",".join(f"{n.address}:{p}" for n in self.nodes for p in n.servers)
+        return ",".join(f"{n.address}:{p}" for n in self.nodes for p in n.server_ports)
 
     @property
     def worker_endpoints(self) -> str:
-        return ",".join(f"{n.address}:{p}" for n in self.nodes for p in n.workers)
+        return ",".join(f"{n.address}:{p}" for n in self.nodes for p in n.worker_ports)
 
     @property
     def rendezvous_host(self) -> str:
         """Gloo's HTTP store runs beside server 0, on the first node with a server."""
-        return next(n.address for n in self.nodes if n.servers)
+        return next(n.address for n in self.nodes if n.server_ports)
 
     def fleetrun_args(self) -> list[str]:
         """The same on every node: the whole cluster; fleetrun starts its own node's part."""
@@ -142,7 +142,7 @@ def _resolve(address: str) -> str | None:
 def check_host_name(node: NodeConfig, topology: Topology) -> None:
     """Workers meet in Paddle's gloo collectives at the address their host name resolves
     to; on several hosts it must be the node's own, else the others cannot connect."""
-    if topology.single_host or not node.workers:
+    if topology.single_host or not node.worker_ports:
         return
     name = socket.gethostname()
     try:
