@@ -458,8 +458,13 @@ class PartitionJoin:
 
     def _note_used(self, kind: str, ids: list[str], values: np.ndarray) -> None:
         positives = [ids[i] for i in np.flatnonzero(values == 1)]
-        used = self.used_offsets.setdefault(kind, [])
-        used += [e.offset for e in self._events(kind, positives) if e is not None]
+        self._use(kind, [e.offset for e in self._events(kind, positives) if e is not None])
+
+    def _use(self, kind: str, offsets: list[int]) -> None:
+        """Note the label events a slice's rows were labelled by; a kind with none is not
+        noted (a slice names the range of offsets it used, and none has no range)."""
+        if offsets:
+            self.used_offsets.setdefault(kind, []).extend(offsets)
 
     def _due_duplicates(self, horizon: int) -> pa.Table | None:
         """The duplicate positives due before ``horizon``, each a copy of its impression
@@ -510,8 +515,7 @@ class PartitionJoin:
             if name in self.labels:
                 columns[delay_column(name)] = self._delays(name, table, ids, at)
         columns[ELAPSED_COLUMN] = at - table["event_time_ms"].to_numpy()
-        used = self.used_offsets.setdefault(kind, [])
-        used += [e.offset for e in self._events(kind, ids) if e is not None]
+        self._use(kind, [e.offset for e in self._events(kind, ids) if e is not None])
         return self._with_columns(table, columns)
 
     def _final(self, table: pa.Table) -> pa.Table:
@@ -577,9 +581,7 @@ class PartitionJoin:
             columns[ELAPSED_COLUMN] = np.full(len(ids), self.plan.mature_ms, dtype=np.int64)
         else:  # the one row of each impression: its label events are what labelled it
             for kind, found in events.items():
-                used = [e.offset for e in found if e is not None]
-                if used:
-                    self.used_offsets.setdefault(kind, []).extend(used)
+                self._use(kind, [e.offset for e in found if e is not None])
         return self._with_columns(table, columns)
 
     def _forget(self, spilled: list[str], events: dict[str, list[str]]) -> None:

@@ -177,3 +177,18 @@ def test_rows_of_later_windows_are_counted_as_waiting() -> None:
     assert j.waiting() == 3
     j.close(W1)
     assert j.waiting() == 2
+
+
+def test_a_window_whose_fresh_rows_used_no_label_event_names_no_offsets() -> None:
+    """An at_once label's observed rows are all negatives: a window closed before any click
+    came used no click offset, and says none (the builder crashed on the empty range)."""
+    j = PartitionJoin(
+        labels=[JoinedLabel("click", "label", WINDOW, emit="at_once")],
+        closed_through=None,
+        replay_to={},
+        clock=TEN_MINUTES,
+    )
+    j.add_impression(W1, _imp("a", T1 + 1000, 0))
+    table = j.close(W1)
+    assert table is not None and table.num_rows == 1
+    assert all(j.used_offsets.values()), j.used_offsets
