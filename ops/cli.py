@@ -72,7 +72,7 @@ DELEGATED = {
     "build-passes": ("streaming.pass_builder", "cut Kafka topics into passes, until Ctrl-C"),
     "cluster": ("ops.cluster_command", "run the parameter-server cluster, until Ctrl-C"),
     "predict": ("serving_export.predictor", "score a file of events with the serving model"),
-    "serve": ("serving_export.service", "the online predictor service (HTTP), until Ctrl-C"),
+    "serve": ("serving_export.serve_command", "the online predictor service (HTTP), until Ctrl-C"),
 }
 
 

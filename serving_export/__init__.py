@@ -38,12 +38,12 @@ if TYPE_CHECKING:  # what type checkers see; at run time a name's module loads o
         RegistryConflict as RegistryConflict,
         ServingError as ServingError,
     )
+    from serving_export.http_app import create_app as create_app
     from serving_export.manifest import ArtifactManifest as ArtifactManifest
     from serving_export.predictor import Predictor as Predictor
     from serving_export.quality_gate import GateDecision as GateDecision, judge as judge
     from serving_export.registry import ModelRegistry as ModelRegistry
     from serving_export.served_log import ServedLog as ServedLog
-    from serving_export.service import create_app as create_app
     from serving_export.sparse_store import (
         InProcessStore as InProcessStore,
         RedisStore as RedisStore,
@@ -56,7 +56,7 @@ _EXPORTS = {
     "GateDecision": "serving_export.quality_gate",
     "InProcessStore": "serving_export.sparse_store",
     "RedisStore": "serving_export.sparse_store",
-    "create_app": "serving_export.service",
+    "create_app": "serving_export.http_app",
     "lineage": "serving_export.artifact",
     "rollback": "serving_export.delivery",
     "sparse_store_for": "serving_export.delivery",

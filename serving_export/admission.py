@@ -13,10 +13,11 @@ refusals must stay cheap, or refusing would take the CPU the admitted requests n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from serving_export.api_models import ErrorAnswer
 
 GUARDED_PATH = "/predict"
 
@@ -39,12 +40,12 @@ class AdmissionLimit:
         self.limit = limit
         self.in_flight = 0
         self._on_reject = on_reject
-        body = {
-            "error": "overloaded",
-            "detail": f"{limit} predictions in flight (serving.max_in_flight); "
+        body = ErrorAnswer(
+            error="overloaded",
+            detail=f"{limit} predictions in flight (serving.max_in_flight); "
             f"retry after {retry_after_seconds} s or on another replica",
-        }
-        self._body = json.dumps(body).encode()
+        )
+        self._body = body.model_dump_json().encode()
         self._start = {
             "type": "http.response.start",
             "status": 503,

@@ -158,25 +158,61 @@ def impression_schema(
             "event_time": _epoch_ms("When the impression happened" + time_note),
             **{f: _label_value(label.name) for label in carried for f in label.event_fields},
             **labels,
-            "sparse": {
-                "description": "Slot name -> value(s); a value becomes a 64-bit feature sign",
-                "type": "object",
-                "properties": {s.name: _slot(s.multi, s.default) for s in schema.sparse},
-            },
-            "dense": {
-                "description": "Feature name -> finite number (absent: the schema's default)",
-                "type": "object",
-                "properties": {
-                    d.name: {
-                        "description": f"absent: {d.default}",
-                        "type": "number",
-                        "minimum": -DENSE_LIMIT,
-                        "maximum": DENSE_LIMIT,
-                    }
-                    for d in schema.dense
-                },
-            },
+            "sparse": _sparse(schema, closed=False),
+            "dense": _dense(schema, closed=False),
         },
+    }
+
+
+def _sparse(schema: SchemaConfig, *, closed: bool) -> dict[str, Any]:
+    """The ``sparse`` object: ``closed``, a slot the schema lacks is refused."""
+    return {
+        "description": "Slot name -> value(s); a value becomes a 64-bit feature sign",
+        "type": "object",
+        "properties": {s.name: _slot(s.multi, s.default) for s in schema.sparse},
+        **({"additionalProperties": False} if closed else {}),
+    }
+
+
+def _dense(schema: SchemaConfig, *, closed: bool) -> dict[str, Any]:
+    """The ``dense`` object: ``closed``, a feature the schema lacks is refused."""
+    return {
+        "description": "Feature name -> finite number (absent: the schema's default)",
+        "type": "object",
+        "properties": {
+            d.name: {
+                "description": f"absent: {d.default}",
+                "type": "number",
+                "minimum": -DENSE_LIMIT,
+                "maximum": DENSE_LIMIT,
+            }
+            for d in schema.dense
+        },
+        **({"additionalProperties": False} if closed else {}),
+    }
+
+
+def scoring_event_schema(schema: SchemaConfig) -> dict[str, Any]:
+    """JSON Schema of an event to score (``/predict``, ``streamrec predict``): its features,
+    an id echoed back, and the impression's time and labels (a logged impression scores as
+    it is; they are ignored). Stricter than an impression: a field, slot or feature the
+    schema lacks is refused, since a client that sends it expects it to count."""
+    ignored = {"description": "accepted and ignored"}
+    return {
+        "$schema": DIALECT,
+        "title": f"event to score (feature schema version {schema.version})",
+        "type": "object",
+        "properties": {
+            "event_id": {
+                "description": "Echoed back in event_ids when a string or an integer; anything "
+                "else is answered as null (or a fresh id where the service logs what it served)"
+            },
+            "event_time": ignored,
+            **{f: ignored for f in sorted(schema.label_fields)},
+            "sparse": _sparse(schema, closed=True),
+            "dense": _dense(schema, closed=True),
+        },
+        "additionalProperties": False,
     }
 
 

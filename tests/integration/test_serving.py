@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 import pytest
 import redis
 from hypothesis import HealthCheck, given, settings, strategies as st
+from openapi_check import OpenApi
 from pass_rows import cluster_scores, pass_events
 from serve_process import STREAMREC, Service
 from topic_reads import read_topic
@@ -244,10 +245,14 @@ def test_hot_swap_under_load_never_fails_or_mixes_versions(stack: Stack) -> None
     seen = set()
     for started, ended, name, version, scores in answers:
         seen.add(version)
-        swaps = served[name]  # [version, before, after its swap], in order
+        swaps = served[name]  # {version, before, after} of each swap, in order
         spans = [  # a version serves from just before its swap to just after the next one
-            (v, before, swaps[i + 1][2] if i + 1 < len(swaps) else float("inf"))
-            for i, (v, before, _) in enumerate(swaps)
+            (
+                s["version"],
+                s["before"],
+                swaps[i + 1]["after"] if i + 1 < len(swaps) else float("inf"),
+            )
+            for i, s in enumerate(swaps)
         ]
         assert any(
             v == version and since <= ended and started <= until for v, since, until in spans
@@ -416,26 +421,57 @@ def hostile_bodies(draw) -> bytes:
     return json.dumps({"events": [event]}, allow_nan=True).encode()
 
 
+def _strict_json(body: bytes) -> Any:
+    """``body`` as JSON (RFC 8259: no NaN or Infinity, which no JSON Schema speaks of), or
+    ``NOT_JSON``."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(body, parse_constant=refuse)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return NOT_JSON
+
+
+NOT_JSON = object()
+
+
 def test_hostile_requests_get_4xx_and_the_service_keeps_serving(stack: Stack) -> None:
+    """Each answer is what /openapi.json declares for its status, and a body is scored
+    exactly when it matches the document's request schema."""
     svc = stack.services["inprocess"]
+    api = OpenApi(svc.client)
     codes: dict[int, int] = {}
 
-    @settings(max_examples=250, deadline=None, suppress_health_check=list(HealthCheck))
+    # derandomized: the same bodies every run, so the count of each side below cannot flake
+    @settings(
+        max_examples=250,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=True,
+        database=None,
+    )
     @given(hostile_bodies())
     def post(body: bytes) -> None:
         r = svc.client.post("/predict", content=body, headers={"content-type": "application/json"})
         codes[r.status_code] = codes.get(r.status_code, 0) + 1
         assert r.status_code < 500, (body, r.text)
-        if r.status_code != 200:
-            assert r.json()["error"], r.text
+        api.check(r)
+        if (decoded := _strict_json(body)) is not NOT_JSON:
+            errors = api.request_errors("/predict", decoded)
+            assert (r.status_code == 200) == (not errors), (body, r.text, errors)
 
     post()
     print(f"hostile requests: status codes {codes}")
-    assert any(400 <= c < 500 for c in codes), codes
+    assert codes.get(200, 0) >= 10 and sum(n for c, n in codes.items() if c != 200) >= 10, codes
     big = b'{"events": [' + b"{}," * 3_000_000 + b"{}]}"
     assert svc.client.post("/predict", content=big).status_code == 413
     many = {"events": [{}] * (stack.cfg.serving.max_events + 1)}
-    assert svc.client.post("/predict", json=many).json()["error"] == "too_many_events"
+    assert api.request_errors("/predict", many)
+    r = svc.client.post("/predict", json=many)
+    assert r.json()["error"] == "too_many_events"
+    api.check(r)
     unknown = svc.client.post("/predict", json={"events": [{"sparse": {"nope": "1"}}]})
     assert (unknown.status_code, unknown.json()["error"]) == (422, "unknown_slot")
     version, scores = svc.predict([{"sparse": {"user_id": "never-seen"}}])
@@ -443,6 +479,50 @@ def test_hostile_requests_get_4xx_and_the_service_keeps_serving(stack: Stack) ->
     metrics = svc.client.get("/metrics").text
     assert 'streamrec_serving_requests_total{code="422",endpoint="predict"}' in metrics
     assert "streamrec_serving_version_age_seconds" in metrics
+
+
+def test_every_answer_is_what_openapi_json_says(stack: Stack) -> None:
+    """/openapi.json, as the service serves it, declares each route's answers and refusals
+    and the serving version's event schema; real answers match it, and the check fails on an
+    answer that does not."""
+    assert stack.trained, "runs after the skew test"
+    svc = stack.services["redis"]
+    api = OpenApi(svc.client)
+    schema = stack.cfg.feature_schema
+    event = api.spec["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]
+    items = event["schema"]["properties"]["events"]["items"]
+    assert sorted(items["properties"]["sparse"]["properties"]) == sorted(
+        s.name for s in schema.sparse
+    )
+    assert sorted(items["properties"]["dense"]["properties"]) == sorted(
+        d.name for d in schema.dense
+    )
+    events = stack.pass_events(stack.trained[-1])[:50]
+    assert not api.request_errors("/predict", {"events": events})
+    answers = [
+        svc.client.post("/predict", json={"events": events}),
+        svc.client.post("/predict", json={"events": [{"event_id": 7}, {"dense": {}}]}),
+        svc.client.get("/version"),
+        svc.client.get("/healthz"),
+        svc.client.get("/readyz"),
+        svc.client.get("/metrics"),
+        svc.client.post("/predict", content=b"{"),
+        svc.client.post("/predict", json=[]),
+        svc.client.post("/predict", json={"events": [{"dense": {"price": "high"}}]}),
+    ]
+    assert [r.status_code for r in answers] == [200, 200, 200, 200, 200, 200, 400, 422, 422]
+    for r in answers:
+        api.check(r)
+    predicted, version = answers[0].json(), answers[2].json()
+    assert predicted["event_ids"] == [e["event_id"] for e in events]
+    assert answers[1].json()["event_ids"] == [7, None]
+    assert [s["version"] for s in version["swaps"]][-1] == version["version"]
+    # and the check can fail: an answer missing a field, or of a wrong type, or undeclared
+    for broken in ({**predicted, "p_click": "0.5"}, {"version": "x"}, {**predicted, "x": 1}):
+        assert api.answer_errors("post", "/predict", 200, "application/json", broken)
+    assert api.answer_errors("get", "/version", 200, "application/json", {**version, "age": 1})
+    assert api.answer_errors("get", "/healthz", 418, "application/json", {"status": "ok"})
+    assert api.request_errors("/predict", {"events": [{"sparse": {"nope": "1"}}]})
 
 
 def test_a_scoring_failure_is_a_counted_500_and_the_service_keeps_serving(stack: Stack) -> None:
@@ -509,11 +589,20 @@ def test_a_bearer_token_guards_predictions(stack: Stack, monkeypatch: pytest.Mon
     try:
         svc.wait_for(version)  # /readyz is open
         events = stack.pass_events(stack.trained[-1])[:20]
+        api = OpenApi(svc.client)  # open, as the probes are
+        schemes = api.spec["components"]["securitySchemes"]
+        assert [s["scheme"] for s in schemes.values()] == ["bearer"]
+        assert "securitySchemes" not in OpenApi(stack.services["inprocess"].client).spec.get(
+            "components", {}
+        )  # the open service declares none
         for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": token}):
             r = svc.client.post("/predict", json={"events": events}, headers=headers)
             assert (r.status_code, r.json()["error"]) == (401, "unauthorized"), r.text
             assert r.headers["www-authenticate"] == "Bearer"  # RFC 6750
-        assert svc.client.get("/version").status_code == 401
+            api.check(r)
+        r = svc.client.get("/version")
+        assert r.status_code == 401
+        api.check(r)
         auth = {"authorization": f"Bearer {token}"}
         r = svc.client.post("/predict", json={"events": events}, headers=auth)
         assert r.status_code == 200 and r.json()["version"] == version, r.text
@@ -570,9 +659,11 @@ def test_overload_gets_a_fast_503_with_its_reason_and_the_service_recovers(stack
             t.join(timeout=60)
         assert not others, others[:3]
         assert len(refused) >= 5, "12 clients of 1,000-event requests never met the bound of 2"
+        api = OpenApi(svc.client)
         for r in refused:
             assert r.json()["error"] == "overloaded" and "max_in_flight" in r.json()["detail"]
             assert r.headers["retry-after"] == "3"
+            api.check(r)
         assert probes and set(probes) == {200}
         for _ in range(5):  # the load is gone: every request is admitted again
             answered, scores = svc.predict(events)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from serving_export.service import ServingState
+from serving_export.follower import ServingState
 
 DRAWS = 40_000
 BAR = 5 * (0.25 / DRAWS) ** 0.5  # 5 standard errors of a share, at its widest (p = 0.5)

@@ -1,6 +1,7 @@
 """The JSON Schema ``streamrec schema`` prints and the builder's validation give the same
 answer on any JSON event (hypothesis): what the schema accepts the builder accepts, and
-what the schema refuses the builder dead-letters."""
+what the schema refuses the builder dead-letters. So do the schema of an event to score
+(the one ``/openapi.json`` gives for ``/predict``) and the service's own check of it."""
 
 from __future__ import annotations
 
@@ -26,8 +27,15 @@ from streaming.event_contract import (
     SPARSE_INT_MAX,
     SPARSE_INT_MIN,
     pipeline_schemas,
+    scoring_event_schema,
 )
-from streaming.events import carried_labels, decode_impression_batch, parse_event, parse_label_event
+from streaming.events import (
+    carried_labels,
+    decode_impression_batch,
+    parse_event,
+    parse_label_event,
+    scoring_row,
+)
 from streamrec.config import PipelineConfig, derived
 
 MAX_BYTES = 1 << 20
@@ -75,7 +83,9 @@ def _builder_accepts(cfg: PipelineConfig, kind: str, raw: bytes) -> bool:
     """What the builder decides for one message of ``kind``, as its ingest path calls it."""
     record_time = RECORD_TIME if cfg.kafka.missing_event_time == "record_timestamp" else None
     try:
-        if kind == "click":
+        if kind == "scoring":
+            scoring_row(json.loads(raw), cfg.feature_schema)
+        elif kind == "click":
             parse_label_event(raw, MAX_BYTES, "click_time", record_time)
         else:
             parse_event(
@@ -91,26 +101,38 @@ def _builder_accepts(cfg: PipelineConfig, kind: str, raw: bytes) -> bool:
 
 
 def _cases(shipped: PipelineConfig) -> list[tuple[PipelineConfig, str, dict[str, Any]]]:
+    """Each variant's event kinds, then the event to score (its impression's labels)."""
     cases = []
     for mode, missing in VARIANTS:
         cfg = _config(shipped, mode, missing)
         cases += [(cfg, kind, schema) for kind, schema in pipeline_schemas(cfg).items()]
-    return cases
+    carrying = _config(shipped, *VARIANTS[0])
+    return [*cases, (carrying, "scoring", scoring_event_schema(carrying.feature_schema))]
+
+
+CASES = 7  # len(_cases(...))
 
 
 def test_the_schemas_are_valid_json_schema(shipped_config: PipelineConfig) -> None:
+    assert len(_cases(shipped_config)) == CASES
     for _, kind, schema in _cases(shipped_config):
         Draft202012Validator.check_schema(schema)  # raises SchemaError on a malformed schema
         validator = Draft202012Validator(schema)
-        assert validator.is_valid({**BASE, "sparse": {"tags": ["a"]}, "dense": {"price": 1}})
-        assert not validator.is_valid({"event_time": 1})  # no event_id
-        assert "event_id" in schema["required"], kind
+        event = {**BASE, "sparse": {"tags": ["a"]}, "dense": {"price": 1}}
+        if kind == "scoring":  # click_time is a click event's, not an impression's
+            event.pop("click_time")
+        assert validator.is_valid(event)
+        if kind == "scoring":  # an id, a time and features the schema lacks are optional
+            assert validator.is_valid({}) and not validator.is_valid({"sparse": {"x": 1}})
+        else:
+            assert not validator.is_valid({"event_time": 1})  # no event_id
+            assert "event_id" in schema["required"], kind
 
 
 # ~10 s a case alone; beside the parallel suite, with its Kafka brokers (three JVMs and the
 # secured tests' own), a case of the property below took over 60 s (2026-11-27)
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(CASES))
 @settings(max_examples=100, deadline=None, suppress_health_check=SLOW_SCHEMAS)
 @given(data=st.data())
 def test_what_the_schema_accepts_the_builder_accepts(
@@ -201,7 +223,7 @@ def _answers(cfg: PipelineConfig, kind: str, schema: dict[str, Any], event: Any)
 
 
 @pytest.mark.timeout(300)  # as the property above
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(CASES))
 @settings(max_examples=150, deadline=None, suppress_health_check=SLOW_SCHEMAS)
 @given(data=st.data())
 def test_the_builder_accepts_exactly_what_the_schema_accepts(
@@ -213,7 +235,7 @@ def test_the_builder_accepts_exactly_what_the_schema_accepts(
     assert builder == by_schema, event
 
 
-# six cases of 100 examples in one test: 49 s beside one other test on 2026-11-26; in the
+# seven cases of 100 examples in one test: 49 s beside one other test on 2026-11-26; in the
 # parallel suite it crossed the unit tests' 60 s once that day, and pytest-timeout's thread
 # method then ends the whole worker process ("node down: Not properly terminated")
 @pytest.mark.timeout(300)
@@ -260,7 +282,7 @@ EDGES = [  # each limit of the contract, on it and just past it
 ]
 
 
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(CASES))
 def test_schema_and_builder_agree_on_every_limit(shipped_config: PipelineConfig, case: int) -> None:
     cfg, kind, schema = _cases(shipped_config)[case]
     seen = set()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from serving_export.service import RequestRejected, parse_request
+from serving_export.predict_request import RequestRejected, parse_request
 from streamrec.config import PipelineConfig
 
 
