@@ -158,7 +158,8 @@ def print_table(rows: list[dict]) -> None:
         )
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (the CLI reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="streamrec demo",
         description=__doc__,
@@ -174,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rate", type=float, default=300, help="--live: impressions/s")
     parser.add_argument("--duration", type=float, help="--live: stop after this many seconds")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
     if args.live:
         # Ctrl-C and SIGTERM set ``stop``: no KeyboardInterrupt lands inside a client call
         stop = threading.Event()

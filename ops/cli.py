@@ -231,7 +231,8 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The ``streamrec`` parser: its own subcommands, and the delegated ones by name."""
     parser = argparse.ArgumentParser(
         prog="streamrec", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -275,13 +276,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parsers() -> dict[str, argparse.ArgumentParser]:
+    """``streamrec`` and each subcommand's parser, by command name: the CLI reference is
+    generated from them (a delegated command's module exposes ``parser()``)."""
+    from importlib import import_module
+
+    top = parser()
+    subcommands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    delegated = plugin_commands() | DELEGATED
+    own = {name: p for name, p in subcommands.choices.items() if name not in delegated}
+    theirs = {name: import_module(module).parser() for name, (module, _) in delegated.items()}
+    return {"streamrec": top, **dict(sorted({**own, **theirs}.items()))}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in DELEGATED:
         return _delegate(DELEGATED[argv[0]][0])(argv[1:])
     if argv and (plugin := plugin_commands().get(argv[0])):
         return _delegate(plugin[0])(argv[1:])
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     return run_command(lambda: args.run(args))
 
 

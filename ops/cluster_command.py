@@ -3,8 +3,15 @@ with ``cluster.follow_passes`` the pass follower beside them (``ops.pass_followe
 
 from __future__ import annotations
 
+import argparse
+
 from ops.pass_follower import following
 from trainers import launcher
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (``trainers.launcher``'s)."""
+    return launcher.parser()
 
 
 def main(argv: list[str] | None = None) -> int:

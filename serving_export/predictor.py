@@ -219,7 +219,8 @@ def _ends(parts: list[np.ndarray]) -> np.ndarray:
     return np.cumsum([len(p) for p in parts])[:-1]
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (the CLI reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="streamrec predict", description="Score events with the serving model."
     )
@@ -227,7 +228,12 @@ def main(argv: list[str] | None = None) -> int:
         "--config", required=True, type=Path, help="pipeline YAML with a real Redis"
     )
     parser.add_argument("--events", required=True, type=Path, help="JSON-lines impression events")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
     return run_command(lambda: _predict(args.config, args.events))
 
 

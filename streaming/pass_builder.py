@@ -752,7 +752,8 @@ class PassBuilder:
         self._source.close()
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (the CLI reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="streamrec build-passes",
         description="Cut the impression and label topics into passes.",
@@ -767,7 +768,12 @@ def main(argv: list[str] | None = None) -> int:
         "as of the start, cut every window left, assemble the passes and stop; run it "
         "alone, or on every builder of the group",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
     return run_command(lambda: _build(args.config, args.until_pass, args.idle_timeout, args.drain))
 
 

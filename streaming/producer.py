@@ -373,7 +373,8 @@ def _jsonl(path: Path) -> Iterator[bytes]:
                 yield line.rstrip(b"\n")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (the CLI reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="streamrec produce",
         description=__doc__,
@@ -397,10 +398,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=3, help="pass windows to fill")
     parser.add_argument("--start", default="202601010000", help="pass id of the first window")
     parser.add_argument("--rate", type=float, help="events per second at most")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    cli = parser()
+    args = cli.parse_args(argv)
     # a live stream stops at Ctrl-C or SIGTERM by itself, between two sends
     stop = threading.Event() if args.live else None
-    return run_command(lambda: _produce(parser, args, stop), stop)
+    return run_command(lambda: _produce(cli, args, stop), stop)
 
 
 def _produce(

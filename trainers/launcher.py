@@ -134,9 +134,8 @@ def check_node(cfg: PipelineConfig, node: str) -> int:
 Beside = Callable[[PipelineConfig, str], AbstractContextManager[None]]
 
 
-def main(argv: list[str] | None = None, beside: Beside | None = None) -> int:
-    """``streamrec cluster``; ``beside(cfg, node)`` runs around this host's node agent (the
-    pass follower, which ``ops`` composes: ``ops.cluster_command``)."""
+def parser() -> argparse.ArgumentParser:
+    """The command's arguments (the CLI reference is generated from them)."""
     parser = argparse.ArgumentParser(
         prog="streamrec cluster",
         description="Run this host's servers and workers of the parameter-server cluster "
@@ -161,8 +160,15 @@ def main(argv: list[str] | None = None, beside: Beside | None = None) -> int:
         action="store_true",
         help="a probe: exit 0 if this node's agent heartbeats with its members running",
     )
-    args = parser.parse_args(argv)
-    return run_command(lambda: _run(parser, args, beside))
+    return parser
+
+
+def main(argv: list[str] | None = None, beside: Beside | None = None) -> int:
+    """``streamrec cluster``; ``beside(cfg, node)`` runs around this host's node agent (the
+    pass follower, which ``ops`` composes: ``ops.cluster_command``)."""
+    cli = parser()
+    args = cli.parse_args(argv)
+    return run_command(lambda: _run(cli, args, beside))
 
 
 def _run(parser: argparse.ArgumentParser, args: argparse.Namespace, beside: Beside | None) -> int:

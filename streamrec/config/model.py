@@ -115,7 +115,7 @@ class HyperParameters(_Strict):
         ge=2,
         description="Embedding width pulled per key of the shared table (1 embed_w + embedx_dim).",
     )
-    optimizer: OptimizerConfig
+    optimizer: OptimizerConfig = Field(description="The dense optimizer.")
     sparse_table: SparseTableConfig = Field(
         SparseTableConfig(),
         description="The shared sparse table: every slot no entry of sparse_tables names.",
@@ -263,8 +263,10 @@ class ModelConfig(_Strict):
         "values of new sparse keys come from an engine Paddle seeds from the clock; "
         "sparse_table.initial_range 0 makes them zeros (docs/DECISIONS.md).",
     )
-    runner: RunnerConfig = RunnerConfig()
-    hyper_parameters: HyperParameters
+    runner: RunnerConfig = Field(RunnerConfig(), description="How workers read and train.")
+    hyper_parameters: HyperParameters = Field(
+        description="Embedding width, the dense optimizer and the sparse tables."
+    )
 
     @field_validator("network")
     @classmethod

@@ -42,21 +42,35 @@ class PipelineConfig(_Strict):
     )
     feature_schema: SchemaConfig = Field(alias="schema", description="Feature schema.")
     model: ModelConfig = Field(description="Model, runner and hyper-parameters.")
-    kafka: KafkaConfig
-    join: JoinConfig = JoinConfig()
-    redis: RedisConfig
-    passes: PassConfig
-    paths: PathConfig
-    cluster: ClusterConfig = ClusterConfig()
-    checkpoints: CheckpointConfig = CheckpointConfig()
-    gate: GateConfig = GateConfig()
-    synthetic: SyntheticConfig = SyntheticConfig()
+    kafka: KafkaConfig = Field(description="The brokers, topics, consumer and producer.")
+    join: JoinConfig = Field(
+        JoinConfig(), description="Where the click comes from (older form of schema.labels)."
+    )
+    redis: RedisConfig = Field(description="The Redis of the registry and the cluster's commands.")
+    passes: PassConfig = Field(description="The pass clock, lateness, and the pass builder.")
+    paths: PathConfig = Field(description="The data, checkpoint, model and work roots.")
+    cluster: ClusterConfig = Field(
+        ClusterConfig(), description="The parameter-server cluster: members, hosts, modes."
+    )
+    checkpoints: CheckpointConfig = Field(
+        CheckpointConfig(), description="Delta and base saves, what is kept, warm start."
+    )
+    gate: GateConfig = Field(GateConfig(), description="What a version must show to serve.")
+    synthetic: SyntheticConfig = Field(
+        SyntheticConfig(), description="The synthetic stream of the demo and the benchmarks."
+    )
     schedule: ScheduleConfig | None = Field(
         None, description="Airflow scheduling; required by dags/streamrec_pass.py."
     )
-    retention: RetentionConfig = RetentionConfig()
-    serving: ServingConfig = ServingConfig()
-    online: OnlineConfig = OnlineConfig()
+    retention: RetentionConfig = Field(
+        RetentionConfig(), description="How long passes, saves, versions and keys are kept."
+    )
+    serving: ServingConfig = Field(
+        ServingConfig(), description="`streamrec serve`: its address, store, bounds, shares."
+    )
+    online: OnlineConfig = Field(
+        OnlineConfig(), description="Online metrics of served versions; their rollback."
+    )
 
     @model_validator(mode="after")
     def _labels_said_once(self) -> PipelineConfig:

@@ -10,10 +10,16 @@ one Debian package, not a browser and a driver whose versions must match.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page as PlaywrightPage
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_TIMEOUT_MS = 60_000
@@ -65,14 +71,13 @@ class Page:
     errors: list[str]
 
 
-def open_page(path: Path, screenshot: Path | None = None) -> Page:
-    """Open the local HTML file ``path`` in headless Chromium and read its charts; save a
-    full-page PNG to ``screenshot`` if given."""
+@contextmanager
+def _page(errors: list[str]) -> Iterator[PlaywrightPage]:
+    """A page of headless Chromium; what it reports as an error goes to ``errors``."""
     from playwright.sync_api import ConsoleMessage, sync_playwright
 
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: bash scripts/setup.sh --test installs it (apt)")
-    errors: list[str] = []
     with sync_playwright() as p:
         # chromium_sandbox=False passes --no-sandbox: the tests run as root in CI, where
         # Chromium's sandbox refuses to start
@@ -89,13 +94,51 @@ def open_page(path: Path, screenshot: Path | None = None) -> Page:
             page.on("console", console)
             page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
             page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
-            page.goto(path.resolve().as_uri(), wait_until="load")
-            charts = [
-                Chart(**svg.evaluate(_READ_CHART))
-                for svg in page.locator("svg[role=img]").element_handles()
-            ]
-            if screenshot is not None:
-                page.screenshot(path=str(screenshot), full_page=True)
+            yield page
         finally:
             browser.close()
+
+
+def open_page(path: Path, screenshot: Path | None = None) -> Page:
+    """Open the local HTML file ``path`` in headless Chromium and read its charts; save a
+    full-page PNG to ``screenshot`` if given."""
+    errors: list[str] = []
+    with _page(errors) as page:
+        page.goto(path.resolve().as_uri(), wait_until="load")
+        charts = [
+            Chart(**svg.evaluate(_READ_CHART))
+            for svg in page.locator("svg[role=img]").element_handles()
+        ]
+        if screenshot is not None:
+            page.screenshot(path=str(screenshot), full_page=True)
     return Page(charts=charts, errors=errors)
+
+
+# every visible table row's cells, as the reader sees their text
+_READ_ROWS = """() => [...document.querySelectorAll("article table tr")]
+  .filter(tr => tr.getBoundingClientRect().height > 0)
+  .map(tr => [...tr.cells].map(td => td.innerText.trim()))"""
+
+
+@dataclass(frozen=True)
+class Document:
+    """A page of a site as drawn: its title, its tables' visible rows, the errors."""
+
+    title: str
+    rows: list[list[str]]
+    errors: list[str]
+
+
+def open_document(url: str, screenshot: Path | None = None) -> Document:
+    """Open ``url`` in headless Chromium, read its title and table rows; save a full-page
+    PNG to ``screenshot`` if given."""
+    errors: list[str] = []
+    with _page(errors) as page:
+        response = page.goto(url, wait_until="networkidle")
+        if response is None or not response.ok:
+            errors.append(f"{url}: {response.status if response else 'no response'}")
+        title = page.title()
+        rows = page.evaluate(_READ_ROWS)
+        if screenshot is not None:
+            page.screenshot(path=str(screenshot), full_page=True)
+    return Document(title=title, rows=rows, errors=errors)
