@@ -21,7 +21,7 @@ loses to the regression, the mean |COPC - 1| it adds to the regression's, and it
 passes on a fresh cluster, so what differs between runs is the training alone: over the
 runs, the largest per-pass range of AUC and COPC (from pass 2, the first a trained model
 scores), and how each run's last save differs from the first run's, value by value.
-docs/DECISIONS.md has what was measured.
+docs/decisions/ has what was measured.
 
     .venv/bin/python bench/calibration.py [--sample criteo_attribution|kdd2012] [--runs 3]
         [--workers 2] [--sync-mode async] [--intercept refit] [--set KEY=VALUE ...]
@@ -166,7 +166,7 @@ SAMPLES = {
         # C = 0.03 reproduces the issue's yardstick table (every pass's AUC and COPC within
         # 0.005). C = 1 learns the clicked rows' one-off ids and lowers its intercept to
         # match: on new rows it predicted 16-29% too few clicks. C = 0.1 scores 0.005 more
-        # AUC (docs/DECISIONS.md: the cluster is 0.011 below it, as a one-read LR is).
+        # AUC (docs/decisions/: the cluster is 0.011 below it, as a one-read LR is).
         regression_c=0.03,
     ),
 }

@@ -3,7 +3,7 @@ servers and workers; each worker trains its share of the TSV files like the refe
 trainer and writes its wall time to ``<out>/worker-<rank>.json``.
 
 GEO in Paddle 2.6.2 keeps a full copy of every embedding on each worker, so it cannot use
-``sparse_embedding``'s table of 64-bit feature signs (docs/DECISIONS.md). Here each slot's
+``sparse_embedding``'s table of 64-bit feature signs (docs/decisions/). Here each slot's
 signs are folded into ``--buckets`` rows of an ``embedding(is_sparse=True)`` instead, the
 rest of the model (streamrec's, from the config) unchanged, and the same program trains
 in ``--mode geo`` (``k_steps``) or ``--mode async``: the ratio of the two is GEO's gain on

@@ -17,7 +17,7 @@ that mean over passes.
 
 In a live pipeline a fresh policy's model is also fresher, which this leaves out on
 purpose; ``bench/label_freshness.py`` measures both on live streams. A defect in how fresh
-rows train shows here in two minutes (docs/DECISIONS.md, "The defect: a pass taught
+rows train shows here in two minutes (docs/decisions/, "The defect: a pass taught
 negatives, then positives").
 
 Ends with ``RESULT pass_order_auc_<policy>`` and ``RESULT pass_order_auc_gap_<policy>``.

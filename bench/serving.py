@@ -19,7 +19,7 @@ against a full version of the same model with over a million keys in its table.
    the runs' logged and unlogged counts say whether it kept up (a ratio bought by dropping
    records would not be one). In these runs the broker's threads are pinned to the last
    core: a deployment runs Kafka on hosts of its own, and on two shared cores its JVM's
-   bursts (its idle work too) landed on the service's tail (DECISIONS). One more pair,
+   bursts (its idle work too) landed on the service's tail (docs/decisions/). One more pair,
    the broker on every core, is printed beside them.
 3. Overload (``measure_overload``), twice: with the config's ``serving.max_in_flight`` and
    with no bound (the baseline). The service gets its own cores and bench/loadgen.py the

@@ -46,7 +46,7 @@ CACHE_ENV = "STREAMREC_CACHE"
 # heap this size) and the C1 compiler only (C2's compiles cost CPU-seconds that a broker
 # moving this little data never earns back), and the classes it loads at start read from a
 # class-data archive made once at install, as apache/kafka's image does. Measured by
-# bench/kafka_start.py against the G1 + C2 settings before them: docs/DECISIONS.md. As
+# bench/kafka_start.py against the G1 + C2 settings before them: docs/decisions/. As
 # with Kafka's own scripts, KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS replace them.
 HEAP_OPTIONS = ("-Xms256m", "-Xmx512m")
 PERFORMANCE_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
@@ -236,7 +236,7 @@ def node_properties(
         {
             "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
             # a lone controller's no-op records (every 500 ms by default) only tell its own
-            # broker the metadata log is live: 2.39 -> 1.77 CPU-s per idle 90 s (DECISIONS)
+            # broker the metadata log is live: 2.39 -> 1.77 CPU-s per idle 90 s (docs/decisions/)
             "metadata.max.idle.interval.ms": "5000",
         }
         if len(nodes) == 1

@@ -1,7 +1,8 @@
-"""The references generated from the code when the site is built (mkdocs-gen-files runs
-this): every configuration key from the pydantic config models (its type, default and
-description), and every command's arguments from its argparse parser. Nothing here is
-written by hand, so neither page can fall behind the code."""
+"""The pages generated when the site is built (mkdocs-gen-files runs this): every
+configuration key from the pydantic config models (its type, default and description),
+every command's arguments from its argparse parser, and the index of the decision records
+from their files. Nothing here is written by hand, so no page can fall behind what it
+lists."""
 
 from __future__ import annotations
 
@@ -143,6 +144,30 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
+def decisions_index(folder: Path) -> str:
+    """The decision records in ``folder`` (``NNNN-slug.md``), newest last: each one's number,
+    title (its first heading) and where it comes from (its first italic line)."""
+    lines = [
+        "# Decisions",
+        "",
+        "One record per decision made while building streamrec: its context, the decision,",
+        "its consequences and what was measured. The architecture as built is in",
+        "[Architecture](../ARCHITECTURE.md); these say why it is so.",
+        "",
+        "| # | decision | from |",
+        "| --- | --- | --- |",
+    ]
+    for record in sorted(folder.glob("[0-9][0-9][0-9][0-9]-*.md")):
+        text = record.read_text().splitlines()
+        title = next(line[2:] for line in text if line.startswith("# "))
+        source = next((line.strip("*") for line in text if line.startswith("*")), "")
+        number = record.name[:4]
+        lines.append(f"| {number} | [{_cell(title)}]({record.name}) | {_cell(source)} |")
+    return "\n".join(lines) + "\n"
+
+
+with mkdocs_gen_files.open("decisions/index.md", "w") as page:
+    page.write(decisions_index(Path(__file__).parent / "decisions"))
 with mkdocs_gen_files.open("reference/config.md", "w") as page:
     page.write(config_reference())
 with mkdocs_gen_files.open("reference/cli.md", "w") as page:

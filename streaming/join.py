@@ -367,7 +367,7 @@ class PartitionJoin:
         if plan.delayed:
             # in the order the rows became known, as a live stream teaches them: observed
             # rows then duplicates made whole training batches of negatives, then of
-            # positives, and cost at_once 0.12 AUC (docs/DECISIONS.md)
+            # positives, and cost at_once 0.12 AUC (docs/decisions/)
             known = pc.add(table["event_time_ms"], table[ELAPSED_COLUMN])
             table = table.take(pc.sort_indices(known))
         return table

@@ -7,12 +7,12 @@ state as of one checkpoint, and a restarted builder resumes from it instead of r
 the topics from the newest slice's resume offsets. Between checkpoints the store only
 changes when a cut writes rows: their entries are deleted at once, after marking the
 store *dirty*; a builder killed before the next checkpoint finds it dirty and replays as
-if there were no store (``docs/DECISIONS.md``, "Waiting rows on disk").
+if there were no store (``docs/decisions/``, "Waiting rows on disk").
 
 The held rows themselves are Arrow IPC files beside the database (``segments/``), written
 and synced before the checkpoint that names them, read back memory-mapped: RocksDB keeps
 the small entries, where its memtable, write-ahead log and compactions would otherwise
-copy gigabytes of rows again and again (``docs/DECISIONS.md``).
+copy gigabytes of rows again and again (``docs/decisions/``).
 
 Keys (one column family; prefixes keep each kind together and in order):
 

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 # keys per SCAN round trip: redis-py's default of 10 made one pattern scan of a Redis that
 # also holds a sparse store, or a long history, thousands of round trips (a worker's
-# heartbeats: 1.5 s among 50,000 keys, 32 ms at 1,000; DECISIONS)
+# heartbeats: 1.5 s among 50,000 keys, 32 ms at 1,000; docs/decisions/)
 SCAN_COUNT = 1000
 
 # what the pipeline writes inside MULTI/EXEC (commands, done markers, registry switches)

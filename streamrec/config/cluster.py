@@ -127,7 +127,7 @@ class ClusterConfig(_Strict):
         description="The cluster trains each pass the moment it is complete, judges it and "
         "delivers it off the training path (ops/pass_follower.py); the Airflow DAG then "
         "watches each pass instead of driving it. Off: each DAG run drives its pass, a "
-        "task per step, about 5 s later per pass (docs/DECISIONS.md).",
+        "task per step, about 5 s later per pass (docs/decisions/).",
     )
     stop_grace_seconds: float = Field(
         20.0,

@@ -41,7 +41,7 @@ class SparseTableConfig(_Strict):
         description="New keys' embedx values are drawn from U(-initial_range, "
         "initial_range) by an engine Paddle seeds from the clock (embed_w starts at 0); "
         "0 starts them at zero, the same in every run, but a ctr_dnn without dense "
-        "features then learns nothing (docs/DECISIONS.md, 'A steady model').",
+        "features then learns nothing (docs/decisions/, 'A steady model').",
     )
     embedx_threshold: int = Field(
         0, ge=0, description="Shows before a key gets its embedx part (only 0, at once, runs)."
@@ -171,7 +171,7 @@ class RunnerConfig(_Strict):
         ge=1,
         description="A worker's share of a pass is cut into at least this many training "
         "batches while they hold min_batch_size rows: a small pass keeps the dense steps it "
-        "needs to learn, a large one trains in batch_size rows (docs/DECISIONS.md, 'A "
+        "needs to learn, a large one trains in batch_size rows (docs/decisions/, 'A "
         "steady model').",
     )
     reader_type: Literal["QueueDataset", "InMemoryDataset"] = Field(
@@ -221,7 +221,7 @@ class RunnerConfig(_Strict):
     @field_validator("sync_mode")
     @classmethod
     def _sync_mode_runs(cls, v: str) -> str:
-        # found on a real cluster; docs/DECISIONS.md has the traces
+        # found on a real cluster; docs/decisions/ has the traces
         if v == "geo":
             raise ValueError(
                 "'geo' in Paddle 2.6.2 keeps a fixed-size embedding on every worker "
@@ -261,7 +261,7 @@ class ModelConfig(_Strict):
         "parameters' initial values (worker 0's, which it pushes to the servers) and the "
         "graph's random ops. null: a different draw each start. The servers' initial "
         "values of new sparse keys come from an engine Paddle seeds from the clock; "
-        "sparse_table.initial_range 0 makes them zeros (docs/DECISIONS.md).",
+        "sparse_table.initial_range 0 makes them zeros (docs/decisions/).",
     )
     runner: RunnerConfig = Field(RunnerConfig(), description="How workers read and train.")
     hyper_parameters: HyperParameters = Field(

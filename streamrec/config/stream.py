@@ -36,7 +36,7 @@ class PassConfig(_Strict):
         "every pass). Keep it above the longest a producer may hold events back while a "
         "broker fails over: its request timeout (30 s by default) plus the brokers' "
         "session timeout (9 s); shorter, a broker lost mid-window makes events late "
-        "(docs/DECISIONS.md, 'A broker lost').",
+        "(docs/decisions/, 'A broker lost').",
     )
     max_future_seconds: int = Field(
         3600,

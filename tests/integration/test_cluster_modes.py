@@ -31,7 +31,7 @@ def stream(make_config, build_passes) -> tuple[PipelineConfig, list[str]]:
 
 def _sync_config(make_config, stream_cfg: PipelineConfig) -> PipelineConfig:
     # about 12 rounds a pass: the default dense step (0.001, held low against stale async
-    # gradients, docs/DECISIONS.md) learns too little in three; sync rounds have no staleness
+    # gradients, docs/decisions/) learns too little in three; sync rounds have no staleness
     return make_config(
         join={"mode": "label_in_impression"},
         cluster={"heartbeat_seconds": 0.2},

@@ -264,7 +264,7 @@ def test_transactions_commit_abort_and_an_open_one_holds_its_window(make_config)
     ensure_topic(cfg.kafka, topic, cfg.kafka.partitions)
     config = dump_config(cfg, Path(cfg.paths.work_root) / "pipeline.yaml")
     # one transactional producer commits and aborts in turn: its commit right after its own
-    # abort is what noida-db, the stand-in broker before, lost (docs/DECISIONS.md)
+    # abort is what noida-db, the stand-in broker before, lost (docs/decisions/)
     bootstrap = cfg.kafka.bootstrap_servers
     txn = _librdkafka(bootstrap, **{"transactional.id": f"{cfg.name}-txn"})
     txn.init_transactions(30)

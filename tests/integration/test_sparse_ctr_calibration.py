@@ -14,7 +14,7 @@ The bars are the issue's. Both sides score the same rows, so a pass's own sampli
 moves the gaps between runs is the training. With sparse pushes merged and batches of
 64 (as shipped until issue 41; seeded), four bench replays on 2026-11-26 gave AUC gaps
 0.0036-0.0064 and COPC gaps 0.0111-0.0145: the COPC bar was within that noise. With
-sparse pushes unmerged and the batch that follows the pass (shipped, docs/DECISIONS.md,
+sparse pushes unmerged and the batch that follows the pass (shipped, docs/decisions/,
 "A steady model"), five gave 0.0007-0.0017 and 0.0095-0.0112. A model 0.01 AUC worse
 fails: batch 512 for every pass (``min_batches_per_pass: 1``) scored AUC gaps 0.0216 and
 0.0260."""
@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from calibration import SAMPLES, replay
 
 # alone: a young model's AUC under asynchronous training moves with how starved the
-# workers are; beside the parallel suite two runs in six fell below the bar (docs/DECISIONS.md)
+# workers are; beside the parallel suite two runs in six fell below the bar (docs/decisions/)
 pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.timeout(420)]
 
 AUC_MARGIN = 0.01  # mean AUC the cluster may lose to the regression over passes 3 and later

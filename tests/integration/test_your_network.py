@@ -13,7 +13,7 @@ independent (they share the rows, so the true error is smaller). The test asks t
 lead over the passes after the first two to exceed three of those: about 0.008 here. The
 example led by 0.019-0.033 a pass over passes 3-10 in a run before this test; on a stream
 whose clicks ignore the history (interest weight 0) it trailed by 0.001, which fails the
-bar (docs/DECISIONS.md).
+bar (docs/decisions/).
 """
 
 from __future__ import annotations

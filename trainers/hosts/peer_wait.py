@@ -1,7 +1,7 @@
 """A cluster's members find each other without Paddle's naps.
 
 Three fixed naps made every cluster start (and every restart after a loss) 5 s longer than
-its work, measured on the 2-core machine (docs/DECISIONS.md, bench/cluster_start.py):
+its work, measured on the 2-core machine (docs/decisions/, bench/cluster_start.py):
 
 - a worker checks a peer's endpoint with Paddle's ``wait_server_ready``, which sleeps 3 s
   between two checks, twice per start: in ``fleet.init`` for the Gloo HTTP store (which

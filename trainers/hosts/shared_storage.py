@@ -4,7 +4,7 @@ Checkpoints are written by the servers of every host and restored by all, passes
 by every worker, raw exports are written by worker 0 and packaged by the Airflow task that
 publishes them. So ``paths.checkpoint_root``, ``paths.data_root`` and ``paths.work_root``
 must be one shared filesystem, mounted at the same path on every host: a POSIX mount (NFS,
-CephFS, a cloud file share). Paddle's HDFS/AFS client is not supported (docs/DECISIONS.md).
+CephFS, a cloud file share). Paddle's HDFS/AFS client is not supported (docs/decisions/).
 
 The first node agent to start writes a marker file holding a fresh token under each root
 and puts the token in Redis (``cluster:storage``); every other node reads the marker under

@@ -4,7 +4,7 @@ The last iterate of a pass is a noisy point: on the Criteo replay (1,000-row pas
 model as it stood after each pass put the next pass's COPC anywhere from 0.77 to 1.45,
 while the training run's own predictions, made by the iterates along the pass, stayed
 calibrated. Averaging the iterates (Polyak-Ruppert averaging, restarted every pass) cut that
-spread to 0.85 to 1.22 over ten runs, at the same AUC (docs/DECISIONS.md).
+spread to 0.85 to 1.22 over ten runs, at the same AUC (docs/decisions/).
 
 Each worker adds up the dense parameters its scope holds after every training batch (a
 ``py_func`` appended to the training program; in async mode the scope is its pull thread's
@@ -15,7 +15,7 @@ pass then read. Sparse embeddings are not averaged: they live only on the server
 A fresh model's first pass keeps its last iterate: the model still moves fast from its
 random start and the mean of the pass lags far behind it. On the 2-pass synthetic readers
 test, averaging the first pass put the second pass's AUC at 0.62, 0.56 and 0.72 where the
-last iterate gave 0.74 to 0.75 in the same batch of runs (docs/DECISIONS.md).
+last iterate gave 0.74 to 0.75 in the same batch of runs (docs/decisions/).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The model as it stands at the end of a pass is a noisy point. On the Criteo attr
 replay (10,000-row passes, two async workers) its mean prediction on the very pass it had
 just trained on was off by up to 10% (in-sample COPC 0.90 to 1.09), and the next pass's
 progressive COPC carried the same offset, pass for pass, while the training run's own
-predictions stayed within 2% (docs/DECISIONS.md). A logistic regression's fitted intercept
+predictions stayed within 2% (docs/decisions/). A logistic regression's fitted intercept
 makes its mean prediction on its training data equal the click rate; this step gives the
 cluster's model that property on its newest pass. One more inference read of the pass
 scores it as the model now stands; the shift of every logit that makes the predicted

@@ -89,7 +89,7 @@ def training_batch_size(runner: RunnerConfig, share: int) -> int:
     """Rows per training batch for a worker's ``share`` of a pass: enough for
     ``min_batches_per_pass`` batches, within ``min_batch_size`` and ``batch_size``. A large
     pass trains in large batches (less per-batch work, fewer pushes); a small one keeps the
-    dense steps it needs to learn (docs/DECISIONS.md, "A steady model")."""
+    dense steps it needs to learn (docs/decisions/, "A steady model")."""
     wanted = math.ceil(share / runner.min_batches_per_pass)
     return max(1, min(runner.batch_size, max(runner.min_batch_size, wanted)))
 

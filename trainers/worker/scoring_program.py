@@ -4,7 +4,7 @@ backward, optimizer and communication ops.
 Paddle 2.6.2's asynchronous device worker (``DownpourLite``) runs an ``infer_from_dataset``
 over the whole training program and skips only ``feed``, the push ops and ``send``: every
 ``*_grad`` op still runs, so a scoring read cost what training does per row
-(docs/DECISIONS.md, "A steady model"). This program keeps the ops whose role is the
+(docs/decisions/, "A steady model"). This program keeps the ops whose role is the
 forward pass (the sparse pulls, the network, the metric accumulators), none of the pushes,
 and fleet options of its own (a read's dump fields are set there).
 

@@ -23,12 +23,12 @@ ADMISSION_FLAG = "pserver_enable_create_feasign_randomly"
 # - Dense: with a few batches a worker per pass the servers saw a pass's dense gradients
 #   only after it, all at once, computed on parameters a whole pass old: on real Criteo
 #   rows the output level swung by a factor of 9 from pass to pass and AUC lagged
-#   (docs/DECISIONS.md, "Dense pushes are sent unmerged"). Sync mode needs the same: its
+#   (docs/decisions/, "Dense pushes are sent unmerged"). Sync mode needs the same: its
 #   ``client_flush`` alternative sleeps 100 ms a call and hung after ~1000 rounds.
 # - Sparse: up to 12 batches' gradients applied as one AdaGrad step, in a grouping the
 #   timing chose, were the largest source of run-to-run spread and cost 0.003-0.005 AUC
 #   against the regression on KDD; at 512-row batches sending each costs nothing
-#   measurable (docs/DECISIONS.md, "A steady model").
+#   measurable (docs/decisions/, "A steady model").
 # Sent one by one from a 1 ms loop, each batch's gradient reaches the servers while the
 # next batch runs.
 PUSH_FLAGS = {
