@@ -204,7 +204,9 @@ class PassBuilder:
         grace_s = self.cfg.retention.leftover_minutes * 60
         for removed in remove_leftovers(builder_leftovers(self._root).leftovers, grace_s):
             log.info("removed a crashed writer's leftover %s: %s", removed.path, removed.why)
-        self._writer = SliceWriter(self._root, self.cfg.feature_schema.version, parts)
+        self._writer = SliceWriter(
+            self._root, self.cfg.feature_schema.version, parts, self.partitions
+        )
 
     @property
     def _slices(self) -> SliceWriter:
