@@ -21,7 +21,16 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from ops.cli import command_parsers
-from streamrec.config import PipelineConfig
+from ops.exporter import (
+    DEFAULT_PORT,
+    _Families,
+    cluster_metrics,
+    pass_metrics,
+    scrape_metrics,
+    serving_metrics,
+)
+from ops.status import PassRow
+from streamrec.config import PipelineConfig, load_config
 
 
 def _type_name(annotation: Any) -> str:
@@ -144,6 +153,58 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
+def metrics_reference() -> str:
+    """Every series ``streamrec exporter`` serves, with its labels and help, as its own
+    mapping writes them for a pipeline where every stage has a figure."""
+    families = _Families("example")
+    every = PassRow(
+        pass_id="202601010000",
+        window_end=600.0,
+        complete=True,
+        completed_at=606.0,
+        rows=1,
+        late=0,
+        waiting=0,
+        dead_letters=0,
+        trained=True,
+        auc=0.5,
+        logloss=0.5,
+        copc=1.0,
+        tasks={"conversion": {"auc": 0.5, "copc": 1.0}},
+        matured_auc=0.5,
+        matured_logloss=0.5,
+        matured_copc=1.0,
+        judged_in="202601010020",
+        latency_seconds=0.0,
+        train_seconds=1.0,
+        table_keys=1,
+        gate="pass",
+        delivered="202601010000",
+        freshness_seconds=1.0,
+    )
+    pass_metrics(families, [every], "click")
+    shipped = load_config(Path(__file__).parents[1] / "configs" / "pipeline.yaml")
+    serving_metrics(families, {"version": every.pass_id, "replicas": []}, shipped)
+    cluster_metrics(families, {"nodes": {"local": None}, "generation": {"number": 1}})
+    scrape_metrics(families, 0.0)
+    lines = [
+        "# Metrics reference",
+        "",
+        f"`streamrec exporter --config C` serves these on `/metrics` (port {DEFAULT_PORT} by",
+        "default), read from the pipeline's Redis and pass manifests at each scrape, as",
+        "`streamrec status` reads them; `streamrec serve` serves its own on its port. Every",
+        "series carries the pipeline's name as `pipeline`.",
+        "",
+        "| metric | labels | what it is |",
+        "| --- | --- | --- |",
+    ]
+    for family in sorted(families, key=lambda f: f.name):
+        labels = sorted({k for s in family.samples for k in s.labels} - {"pipeline"})
+        shown = ", ".join(f"`{k}`" for k in labels)
+        lines.append(f"| `{family.name}` | {shown} | {_cell(family.documentation)} |")
+    return "\n".join(lines) + "\n"
+
+
 def decisions_index(folder: Path) -> str:
     """The decision records in ``folder`` (``NNNN-slug.md``), newest last: each one's number,
     title (its first heading) and where it comes from (its first italic line)."""
@@ -170,5 +231,7 @@ with mkdocs_gen_files.open("decisions/index.md", "w") as page:
     page.write(decisions_index(Path(__file__).parent / "decisions"))
 with mkdocs_gen_files.open("reference/config.md", "w") as page:
     page.write(config_reference())
+with mkdocs_gen_files.open("reference/metrics.md", "w") as page:
+    page.write(metrics_reference())
 with mkdocs_gen_files.open("reference/cli.md", "w") as page:
     page.write(cli_reference())

@@ -6,6 +6,7 @@
     streamrec cluster --config C [--warm-start P] the PS cluster, until Ctrl-C
     streamrec predict --config C --events F       score events with the serving model
     streamrec serve --config C [--port P]         the online predictor service (HTTP)
+    streamrec exporter --config C [--port P]      the pipeline's facts for Prometheus
     streamrec status --config C [--json]          recent passes, flags untrained ones
     streamrec report --config C --out report.html one self-contained HTML page
     streamrec publish --config C --raw-export D   package a raw export as a version
@@ -73,6 +74,7 @@ DELEGATED = {
     "cluster": ("ops.cluster_command", "run the parameter-server cluster, until Ctrl-C"),
     "predict": ("serving_export.predictor", "score a file of events with the serving model"),
     "serve": ("serving_export.serve_command", "the online predictor service (HTTP), until Ctrl-C"),
+    "exporter": ("ops.exporter", "the pipeline's per-pass facts on /metrics, until Ctrl-C"),
 }
 
 

@@ -40,6 +40,9 @@ from streamrec.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
 
+# a complete pass's flag while it is not trained: past its time, or still within it
+STALE, NOT_TRAINED_YET = "NOT TRAINED (stale)", "not trained yet"
+
 
 @dataclass(frozen=True)
 class PassRow:
@@ -227,14 +230,14 @@ def flag_untrained(rows: list[PassRow], clock: PassClock, now: float) -> list[Pa
         if row.complete and not row.trained:
             waited = now - (row.completed_at or now)
             stale = row.pass_id < newest_trained or waited > stale_after_seconds(clock)
-            row = replace(row, flag="NOT TRAINED (stale)" if stale else "not trained yet")
+            row = replace(row, flag=STALE if stale else NOT_TRAINED_YET)
         flagged.append(row)
     return flagged
 
 
 def needs_attention(rows: list[PassRow]) -> bool:
     """A complete pass left untrained past its time (or behind a newer trained pass)."""
-    return any("stale" in row.flag for row in rows)
+    return any(row.flag == STALE for row in rows)
 
 
 def serving_summary(

@@ -91,6 +91,7 @@ def test_the_configuration_reference_shows_every_key_in_chromium(tmp_path: Path)
 def test_a_broken_link_fails_the_strict_build(tmp_path: Path) -> None:
     site = tmp_path / "site"
     shutil.copytree(REPO / "docs", site / "docs")
+    shutil.copytree(REPO / "configs", site / "configs")  # the metrics reference reads one
     shutil.copy(REPO / "mkdocs.yml", site)
     build = [MKDOCS, "build", "--strict", "--site-dir", str(tmp_path / "out")]
     env = {**QUIET, "PYTHONPATH": str(REPO)}  # mkdocstrings reads the packages from here

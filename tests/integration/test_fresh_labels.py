@@ -23,17 +23,21 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from cli_cluster import cli_cluster
+from prometheus_client.parser import text_string_to_metric_families
 
 from streaming.producer import synthetic_passes
 from streamrec.config import PipelineConfig, derived, dump_config, load_config, with_services
 from streamrec.config.cluster import PathConfig
+from streamrec.entry import STOPPED
 from streamrec.layout import Layout
 from streamrec.passes import PassClock, RowKind, pass_dir, read_manifest
+from streamrec.ports import free_port
 from trainers.metrics import exact_auc
 from trainers.models import AUC_BUCKETS
 
@@ -329,6 +333,8 @@ def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate
         )
     table = subprocess.run([CLI, "status", "--config", str(config)], capture_output=True, text=True)
     assert "fresh AUC" in table.stdout and "matured AUC" in table.stdout
+    if weights == "by_emit":
+        _exporter_shows_what_status_shows(config, json.loads(status.stdout), tmp_path)
     copc = clicks / predicted
     bar = 4 * np.sqrt(3 * variance) / predicted
     print(weights, "pooled matured click COPC", round(copc, 4), "bar", round(bar, 4))
@@ -336,3 +342,62 @@ def test_passes_are_judged_again_on_their_final_labels_and_the_weights_calibrate
         assert abs(copc - 1) < bar
     else:
         assert copc - 1 > bar
+
+
+def _exporter_shows_what_status_shows(config: Path, status: dict, tmp_path: Path) -> None:
+    """``streamrec exporter``'s /metrics, scraped as Prometheus would, hold the figures
+    ``streamrec status --json`` shows: the newest pass at each stage, each task's
+    progressive and matured AUC and COPC, the nodes (the cluster is stopped here)."""
+    port = free_port()
+    log = (tmp_path / "exporter.log").open("w")
+    exporter = subprocess.Popen(
+        [CLI, "exporter", "--config", str(config), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert exporter.poll() is None, (tmp_path / "exporter.log").read_text()
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the exporter did not answer"
+                time.sleep(0.2)
+    finally:
+        exporter.send_signal(signal.SIGTERM)
+        assert exporter.wait(timeout=30) == STOPPED
+        log.close()
+    got = {
+        (s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k != "pipeline"))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    rows = status["passes"]
+    trained = max((r for r in rows if r["trained"]), key=lambda r: r["pass_id"])
+    matured = max((r for r in rows if r["judged_in"]), key=lambda r: r["pass_id"])
+    complete = max((r for r in rows if r["complete"]), key=lambda r: r["pass_id"])
+
+    def value(name: str, **labels: str) -> float:
+        return got[(f"streamrec_{name}", tuple(sorted(labels.items())))]
+
+    assert value("pass_window_end_timestamp_seconds", stage="trained") == trained["window_end"]
+    assert value("pass_window_end_timestamp_seconds", stage="complete") == complete["window_end"]
+    assert value("pass_rows") == complete["rows"]
+    assert value("pass_auc", task="click", labels="progressive") == pytest.approx(trained["auc"])
+    assert value("pass_auc", task="conversion", labels="progressive") == pytest.approx(
+        trained["tasks"]["conversion"]["auc"]
+    )
+    assert value("pass_auc", task="click", labels="matured") == pytest.approx(
+        matured["matured_auc"]
+    )
+    assert value("pass_copc", task="conversion", labels="matured") == pytest.approx(
+        matured["matured_tasks"]["conversion"]["copc"]
+    )
+    assert value("table_keys") == trained["table_keys"]
+    assert all(
+        value("cluster_node_up", node=node) == (beat is not None and beat["state"] == "running")
+        for node, beat in status["cluster"]["nodes"].items()
+    )
+    assert ("streamrec_pass_window_end_timestamp_seconds", (("stage", "delivered"),)) not in got
