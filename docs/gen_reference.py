@@ -23,7 +23,7 @@ from pydantic_core import PydanticUndefined
 from ops.cli import command_parsers
 from ops.exporter import (
     DEFAULT_PORT,
-    _Families,
+    Families,
     cluster_metrics,
     pass_metrics,
     scrape_metrics,
@@ -156,7 +156,7 @@ def cli_reference() -> str:
 def metrics_reference() -> str:
     """Every series ``streamrec exporter`` serves, with its labels and help, as its own
     mapping writes them for a pipeline where every stage has a figure."""
-    families = _Families("example")
+    families = Families("example")
     every = PassRow(
         pass_id="202601010000",
         window_end=600.0,

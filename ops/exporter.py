@@ -45,7 +45,7 @@ DEFAULT_PORT = 9464  # OpenTelemetry's Prometheus exporter's; free of Prometheus
 STAGES = ("complete", "trained", "delivered")
 
 
-class _Families:
+class Families:
     """The metric families of one scrape, each created on first use with ``pipeline``
     and its own labels."""
 
@@ -81,7 +81,7 @@ def _reached(row: PassRow, stage: str) -> bool:
     return row.delivered is not None
 
 
-def pass_metrics(families: _Families, rows: list[PassRow], main_task: str) -> None:
+def pass_metrics(families: Families, rows: list[PassRow], main_task: str) -> None:
     """The newest pass at each stage, and its figures, into ``families``."""
     for stage in STAGES:
         newest = _newest(rows, stage)
@@ -158,7 +158,7 @@ def pass_metrics(families: _Families, rows: list[PassRow], main_task: str) -> No
         )
 
 
-def _quality(families: _Families, row: PassRow, main_task: str, labels: str) -> None:
+def _quality(families: Families, row: PassRow, main_task: str, labels: str) -> None:
     """Each task's AUC, logloss and COPC of ``row``: progressive (before training, on the
     labels trained with) or matured (on the final labels)."""
     by_task: dict[str, dict[str, Any]]
@@ -180,7 +180,7 @@ def _quality(families: _Families, row: PassRow, main_task: str, labels: str) -> 
             )
 
 
-def serving_metrics(families: _Families, summary: dict[str, Any], cfg: PipelineConfig) -> None:
+def serving_metrics(families: Families, summary: dict[str, Any], cfg: PipelineConfig) -> None:
     """The registry's serving version and the replicas that note themselves."""
     version = summary["version"]
     if version is not None:
@@ -196,7 +196,7 @@ def serving_metrics(families: _Families, summary: dict[str, Any], cfg: PipelineC
     )
 
 
-def cluster_metrics(families: _Families, summary: dict[str, Any]) -> None:
+def cluster_metrics(families: Families, summary: dict[str, Any]) -> None:
     """Each configured node's heartbeat, and the cluster's generation."""
     for node, beat in summary["nodes"].items():
         running = beat is not None and beat.get("state") == "running"
@@ -214,7 +214,7 @@ def cluster_metrics(families: _Families, summary: dict[str, Any]) -> None:
         )
 
 
-def scrape_metrics(families: _Families, seconds: float) -> None:
+def scrape_metrics(families: Families, seconds: float) -> None:
     """What the scrape itself cost."""
     families.set(
         "exporter_scrape_seconds",
@@ -232,7 +232,7 @@ class PipelineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        families = _Families(self.cfg.name)
+        families = Families(self.cfg.name)
         main_task = self.cfg.labels[0].name
         pass_metrics(families, recent_passes(self.cfg, self.limit), main_task)
         serving_metrics(families, serving_summary(self.cfg), self.cfg)

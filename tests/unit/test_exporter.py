@@ -7,12 +7,12 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ops.exporter import _Families, pass_metrics
+from ops.exporter import Families, pass_metrics
 from ops.status import NOT_TRAINED_YET, STALE, PassRow
 
 
 def _scrape(rows: list[PassRow]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    families = _Families("p1")
+    families = Families("p1")
     pass_metrics(families, rows, "click")
 
     class Fixed:
