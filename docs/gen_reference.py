@@ -25,6 +25,7 @@ from ops.exporter import (
     DEFAULT_PORT,
     Families,
     cluster_metrics,
+    config_metrics,
     pass_metrics,
     scrape_metrics,
     serving_metrics,
@@ -187,6 +188,7 @@ def metrics_reference() -> str:
     serving_metrics(families, {"version": every.pass_id, "replicas": []}, shipped)
     cluster_metrics(families, {"nodes": {"local": None}, "generation": {"number": 1}})
     scrape_metrics(families, 0.0)
+    config_metrics(families, shipped)
     lines = [
         "# Metrics reference",
         "",

@@ -214,6 +214,15 @@ def cluster_metrics(families: Families, summary: dict[str, Any]) -> None:
         )
 
 
+def config_metrics(families: Families, cfg: PipelineConfig) -> None:
+    """The settings the alert rules measure against."""
+    families.set(
+        "pass_window_seconds",
+        "Length of a pass's event-time window (passes.pass_seconds).",
+        float(cfg.passes.clock.seconds),
+    )
+
+
 def scrape_metrics(families: Families, seconds: float) -> None:
     """What the scrape itself cost."""
     families.set(
@@ -234,6 +243,7 @@ class PipelineCollector(Collector):
         started = time.perf_counter()
         families = Families(self.cfg.name)
         main_task = self.cfg.labels[0].name
+        config_metrics(families, self.cfg)
         pass_metrics(families, recent_passes(self.cfg, self.limit), main_task)
         serving_metrics(families, serving_summary(self.cfg), self.cfg)
         cluster_metrics(families, cluster_summary(self.cfg))

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 missing=()
+bare=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)   # only to validate docker-compose.yml
 command -v java >/dev/null 2>&1 || missing+=(openjdk-17-jre-headless)   # runs Apache Kafka
@@ -18,11 +19,15 @@ if [ "${1:-}" = --test ]; then
   command -v chromium >/dev/null 2>&1 || missing+=(chromium)
   command -v strace >/dev/null 2>&1 || missing+=(strace)          # a SIGKILL test's exact moment
   command -v h2load >/dev/null 2>&1 || missing+=(nghttp2-client)  # serving's overload tests
+  # promtool checks and unit-tests the shipped alert rules; without the package's
+  # recommends, which bring exporters that would run as daemons
+  command -v promtool >/dev/null 2>&1 || bare+=(prometheus)
 fi
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup: installing ${missing[*]} with apt"
+if [ ${#missing[@]} -gt 0 ] || [ ${#bare[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]} ${bare[*]} with apt"
   as_root apt-get update -q
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q "${missing[@]}"
+  [ ${#missing[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q "${missing[@]}"
+  [ ${#bare[@]} -eq 0 ] || DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -q --no-install-recommends "${bare[@]}"
 fi
 
 python=${PYTHON:-}

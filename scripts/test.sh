@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: lint, type check and the documentation site's build, then every test (unit and integration on real services).
+# The test command: lint, type check, the alert rules' checks and the documentation site's
+# build, then every test (unit and integration on real services).
 # Without arguments: the tests marked `alone` (bars that CPU contention moves) one at a
 # time with the machine to themselves, then the rest on several pytest workers.
 # With arguments: pytest with them, as given.
@@ -10,6 +11,9 @@ bash scripts/setup.sh --test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+# the shipped alert rules are valid, and each fires where its unit test says
+promtool check rules deploy/prometheus/streamrec-alerts.yml
+promtool test rules deploy/prometheus/streamrec-alerts.test.yml
 # --strict: a broken link, a page missing from the nav or a reference that does not resolve
 # fails (the configuration and CLI references are generated from the code at build)
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --quiet --site-dir var/site

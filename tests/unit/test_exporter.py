@@ -7,7 +7,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ops.exporter import Families, pass_metrics
+from ops.exporter import Families, config_metrics, pass_metrics
 from ops.status import NOT_TRAINED_YET, STALE, PassRow
 
 
@@ -114,3 +114,11 @@ def test_nothing_known_yet_is_no_series_not_a_zero() -> None:
     assert got[_key("passes_untrained", state="stale")] == 0
     stale = [PassRow(pass_id="202601010000", window_end=600.0, complete=True, flag=STALE)]
     assert _scrape(stale)[_key("passes_untrained", state="stale")] == 1
+
+
+def test_the_pass_window_the_alert_rules_count_in(shipped_config) -> None:
+    families = Families("p1")
+    config_metrics(families, shipped_config)
+    (family,) = list(families)
+    assert family.name == "streamrec_pass_window_seconds"
+    assert family.samples[0].value == shipped_config.passes.clock.seconds
