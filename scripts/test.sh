@@ -14,6 +14,7 @@ bash scripts/setup.sh --test
 # the shipped alert rules are valid, and each fires where its unit test says
 promtool check rules deploy/prometheus/streamrec-alerts.yml
 promtool test rules deploy/prometheus/streamrec-alerts.test.yml
+promtool check config deploy/prometheus/prometheus.yml
 # --strict: a broken link, a page missing from the nav or a reference that does not resolve
 # fails (the configuration and CLI references are generated from the code at build)
 NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true .venv/bin/mkdocs build --strict --quiet --site-dir var/site

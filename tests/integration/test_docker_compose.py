@@ -139,6 +139,10 @@ def test_compose_file_is_valid_and_complete(
     assert redis_cmd[redis_cmd.index("--requirepass") + 1] == secrets["REDIS_PASSWORD"]
     assert services["pass-builder"]["command"][:2] == ["streamrec", "build-passes"]
     assert services["serving"]["command"][:2] == ["streamrec", "serve"]
+    assert services["exporter"]["command"][:2] == ["streamrec", "exporter"]
+    # Prometheus reads the shipped config and rules (the test command checks them)
+    mounts = [v.split(":")[0] for v in services["prometheus"]["volumes"]]
+    assert str(repo / "deploy" / "prometheus") in mounts, mounts
     assert services["pass-builder"]["depends_on"]["kafka"] == {"condition": "service_healthy"}
     for name in ("trainer-0", "trainer-1", "serving"):
         assert services[name]["depends_on"]["redis"] == {"condition": "service_healthy"}
@@ -163,7 +167,7 @@ def test_streamrec_commands_exist(repo: Path, tmp_path: Path) -> None:
     """The image's commands are ones the package installs: ``--help`` of each one runs."""
     services = _rendered_services(repo, tmp_path, _test_secrets(repo))
     scripts = tomllib.loads((repo / "pyproject.toml").read_text())["project"]["scripts"]
-    for name in ("pass-builder", "pserver-0", "trainer-0", "serving"):
+    for name in ("pass-builder", "pserver-0", "trainer-0", "serving", "exporter"):
         command = services[name]["command"]
         assert command[0] in scripts, f"{name}: {command[0]} is not in pyproject's scripts"
         module = scripts[command[0]].split(":")[0]
