@@ -21,16 +21,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from ops.cli import command_parsers
-from ops.exporter import (
-    DEFAULT_PORT,
-    Families,
-    cluster_metrics,
-    config_metrics,
-    pass_metrics,
-    scrape_metrics,
-    serving_metrics,
-)
-from ops.status import PassRow
+from ops.exporter import DEFAULT_PORT, every_family
 from streamrec.config import PipelineConfig, load_config
 
 
@@ -157,38 +148,8 @@ def cli_reference() -> str:
 def metrics_reference() -> str:
     """Every series ``streamrec exporter`` serves, with its labels and help, as its own
     mapping writes them for a pipeline where every stage has a figure."""
-    families = Families("example")
-    every = PassRow(
-        pass_id="202601010000",
-        window_end=600.0,
-        complete=True,
-        completed_at=606.0,
-        rows=1,
-        late=0,
-        waiting=0,
-        dead_letters=0,
-        trained=True,
-        auc=0.5,
-        logloss=0.5,
-        copc=1.0,
-        tasks={"conversion": {"auc": 0.5, "copc": 1.0}},
-        matured_auc=0.5,
-        matured_logloss=0.5,
-        matured_copc=1.0,
-        judged_in="202601010020",
-        latency_seconds=0.0,
-        train_seconds=1.0,
-        table_keys=1,
-        gate="pass",
-        delivered="202601010000",
-        freshness_seconds=1.0,
-    )
-    pass_metrics(families, [every], "click")
     shipped = load_config(Path(__file__).parents[1] / "configs" / "pipeline.yaml")
-    serving_metrics(families, {"version": every.pass_id, "replicas": []}, shipped)
-    cluster_metrics(families, {"nodes": {"local": None}, "generation": {"number": 1}})
-    scrape_metrics(families, 0.0)
-    config_metrics(families, shipped)
+    families = every_family(shipped)
     lines = [
         "# Metrics reference",
         "",

@@ -232,6 +232,43 @@ def scrape_metrics(families: Families, seconds: float) -> None:
     )
 
 
+def every_family(cfg: PipelineConfig) -> Families:
+    """Every series this exporter can serve, for a pipeline ``cfg`` where every stage has a
+    figure (made-up values): what the metrics reference and the dashboard's test list."""
+    families = Families("example")
+    every = PassRow(
+        pass_id="202601010000",
+        window_end=600.0,
+        complete=True,
+        completed_at=606.0,
+        rows=1,
+        late=0,
+        waiting=0,
+        dead_letters=0,
+        trained=True,
+        auc=0.5,
+        logloss=0.5,
+        copc=1.0,
+        tasks={"conversion": {"auc": 0.5, "copc": 1.0}},
+        matured_auc=0.5,
+        matured_logloss=0.5,
+        matured_copc=1.0,
+        judged_in="202601010020",
+        latency_seconds=0.0,
+        train_seconds=1.0,
+        table_keys=1,
+        gate="pass",
+        delivered="202601010000",
+        freshness_seconds=1.0,
+    )
+    pass_metrics(families, [every], cfg.labels[0].name)
+    serving_metrics(families, {"version": every.pass_id, "replicas": []}, cfg)
+    cluster_metrics(families, {"nodes": {"local": None}, "generation": {"number": 1}})
+    scrape_metrics(families, 0.0)
+    config_metrics(families, cfg)
+    return families
+
+
 class PipelineCollector(Collector):
     """Reads the pipeline's status at each scrape."""
 
