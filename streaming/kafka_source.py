@@ -25,7 +25,13 @@ from kafka.structs import OffsetAndMetadata
 from streaming.codecs import from_kafka_error
 from streaming.errors import KafkaUnavailable, MalformedEvent, StreamingError
 from streaming.kafka_clients import client_settings, producer_settings
-from streaming.topics import CONSUMER_FETCH, HEARTBEAT_MS, ensure_topic, partition_count
+from streaming.topics import (
+    CONSUMER_FETCH,
+    HEARTBEAT_MS,
+    METADATA_MAX_AGE_MS,
+    ensure_topic,
+    partition_count,
+)
 from streamrec.config import KafkaConfig, PipelineConfig
 
 Records = dict[TopicPartition, list[Any]]  # one poll: the messages of each topic-partition
@@ -109,6 +115,7 @@ class KafkaSource:
             partition_assignment_strategy=[RangePartitionAssignor],
             session_timeout_ms=kafka.session_timeout_ms,
             heartbeat_interval_ms=min(HEARTBEAT_MS, kafka.session_timeout_ms // 3),
+            metadata_max_age_ms=METADATA_MAX_AGE_MS,
         )
         consumer.subscribe(list(self.topics.values()), listener=self._listener)
         return consumer

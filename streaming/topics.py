@@ -16,6 +16,9 @@ log = logging.getLogger(__name__)
 
 # Brokers need a few seconds for a group join.
 HEARTBEAT_MS = 1_000
+# a group joined before new topics' metadata reached its leader gets no partitions, and
+# kafka-python rejoins only once its metadata is refreshed: by default every 5 minutes
+METADATA_MAX_AGE_MS = 5_000
 
 # How the builder fetches; the ingest benchmark's bare loop uses the same settings.
 # kafka-python sleeps ``retry_backoff_ms`` when a poll finds nothing buffered and nothing in
