@@ -11,18 +11,21 @@ import json
 import os
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import mkdocs_gen_files
+from prometheus_client.core import Metric
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from ops.cli import command_parsers
 from ops.exporter import DEFAULT_PORT, every_family
+from streaming.builder_metrics import SNAPSHOT_SECONDS, builder_metrics, example_snapshot
 from streamrec.config import PipelineConfig, load_config
+from streamrec.metric_families import Families
 
 
 def _type_name(annotation: Any) -> str:
@@ -145,26 +148,46 @@ def cli_reference() -> str:
     return "\n".join(lines)
 
 
+def _metric_rows(families: Iterable[Metric]) -> list[str]:
+    """A table row per family: its series name (a counter's with ``_total``), its labels
+    besides ``pipeline``, its help."""
+    lines = ["| metric | labels | what it is |", "| --- | --- | --- |"]
+    for family in sorted(families, key=lambda f: f.name):
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        labels = sorted({k for s in family.samples for k in s.labels} - {"pipeline"})
+        shown = ", ".join(f"`{k}`" for k in labels)
+        lines.append(f"| `{name}` | {shown} | {_cell(family.documentation)} |")
+    return lines
+
+
 def metrics_reference() -> str:
-    """Every series ``streamrec exporter`` serves, with its labels and help, as its own
-    mapping writes them for a pipeline where every stage has a figure."""
+    """Every series ``streamrec exporter`` and the pass builder serve, with their labels and
+    help, as their own mappings write them where every figure is known."""
     shipped = load_config(Path(__file__).parents[1] / "configs" / "pipeline.yaml")
-    families = every_family(shipped)
+    builder = Families("example")
+    builder_metrics(builder, example_snapshot())
     lines = [
         "# Metrics reference",
         "",
+        "Every series carries the pipeline's name as `pipeline`. `streamrec serve` serves its",
+        "own on its port (`/metrics`).",
+        "",
+        "## `streamrec exporter`",
+        "",
         f"`streamrec exporter --config C` serves these on `/metrics` (port {DEFAULT_PORT} by",
         "default), read from the pipeline's Redis and pass manifests at each scrape, as",
-        "`streamrec status` reads them; `streamrec serve` serves its own on its port. Every",
-        "series carries the pipeline's name as `pipeline`.",
+        "`streamrec status` reads them.",
         "",
-        "| metric | labels | what it is |",
-        "| --- | --- | --- |",
+        *_metric_rows(every_family(shipped)),
+        "",
+        "## `streamrec build-passes`",
+        "",
+        "`streamrec build-passes --config C --metrics-port P` serves these on `/metrics`: what",
+        "only the process reading Kafka knows, per partition it owns, refreshed by its polling",
+        f"loop every {SNAPSHOT_SECONDS:g} s.",
+        "",
+        *_metric_rows(builder),
     ]
-    for family in sorted(families, key=lambda f: f.name):
-        labels = sorted({k for s in family.samples for k in s.labels} - {"pipeline"})
-        shown = ", ".join(f"`{k}`" for k in labels)
-        lines.append(f"| `{family.name}` | {shown} | {_cell(family.documentation)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from ops.status import (
@@ -40,33 +40,10 @@ from ops.status import (
 from streamrec.config import EMBEDDED, PipelineConfig, load_config
 from streamrec.entry import STOPPED, run_command
 from streamrec.errors import ConfigError
+from streamrec.metric_families import Families
 
 DEFAULT_PORT = 9464  # OpenTelemetry's Prometheus exporter's; free of Prometheus's own
 STAGES = ("complete", "trained", "delivered")
-
-
-class Families:
-    """The metric families of one scrape, each created on first use with ``pipeline``
-    and its own labels."""
-
-    def __init__(self, pipeline: str) -> None:
-        self.pipeline = pipeline
-        self._families: dict[str, GaugeMetricFamily] = {}
-
-    def set(self, name: str, about: str, value: float | None, **labels: str) -> None:
-        """Set ``streamrec_<name>`` (a gauge) for ``labels``; nothing when ``value`` is None."""
-        if value is None:
-            return
-        family = self._families.get(name)
-        if family is None:
-            family = GaugeMetricFamily(
-                f"streamrec_{name}", about, labels=["pipeline", *sorted(labels)]
-            )
-            self._families[name] = family
-        family.add_metric([self.pipeline, *(labels[k] for k in sorted(labels))], value)
-
-    def __iter__(self) -> Iterator[GaugeMetricFamily]:
-        return iter(self._families.values())
 
 
 def _newest(rows: Iterable[PassRow], reached: str) -> PassRow | None:
@@ -127,6 +104,16 @@ def pass_metrics(families: Families, rows: list[PassRow], main_task: str) -> Non
             "pass_train_seconds",
             "Newest trained pass: seconds of its train command.",
             trained.train_seconds,
+        )
+        families.set(
+            "pass_train_rows_per_second",
+            "Newest trained pass: rows trained a second in its training read.",
+            trained.train_rows_per_second,
+        )
+        families.set(
+            "checkpoint_save_seconds",
+            "Newest trained pass: seconds its checkpoint took to save and become durable.",
+            trained.save_seconds,
         )
         families.set(
             "table_keys", "Sparse table keys after the newest trained pass.", trained.table_keys
@@ -206,11 +193,29 @@ def cluster_metrics(families: Families, summary: dict[str, Any]) -> None:
             1.0 if running else 0.0,
             node=node,
         )
+        memory: dict[str, float] = {}
+        for member in beat["members"] if beat is not None else []:
+            memory[member["role"]] = memory.get(member["role"], 0) + member.get("rss_bytes", 0)
+        for role, rss in sorted(memory.items()):
+            families.set(
+                "cluster_resident_memory_bytes",
+                "Resident memory of the node's members of a role (PSERVER: its servers, "
+                "which hold their shares of the sparse table; TRAINER: its workers).",
+                rss,
+                node=node,
+                role=role,
+            )
     if (generation := summary["generation"]) is not None:
         families.set(
             "cluster_generation",
             "The cluster's generation (a restart is a new one).",
             float(generation["number"]),
+        )
+    if (restore := summary.get("restore")) is not None:
+        families.set(
+            "cluster_restore_seconds",
+            "Seconds the newest generation's first worker took to load its checkpoint chain.",
+            restore["seconds"],
         )
 
 
@@ -256,6 +261,8 @@ def every_family(cfg: PipelineConfig) -> Families:
         judged_in="202601010020",
         latency_seconds=0.0,
         train_seconds=1.0,
+        train_rows_per_second=1.0,
+        save_seconds=1.0,
         table_keys=1,
         gate="pass",
         delivered="202601010000",
@@ -263,7 +270,9 @@ def every_family(cfg: PipelineConfig) -> Families:
     )
     pass_metrics(families, [every], cfg.labels[0].name)
     serving_metrics(families, {"version": every.pass_id, "replicas": []}, cfg)
-    cluster_metrics(families, {"nodes": {"local": None}, "generation": {"number": 1}})
+    beat = {"state": "running", "members": [{"role": "PSERVER", "pid": 1, "rss_bytes": 1}]}
+    cluster = {"nodes": {"local": beat}, "generation": {"number": 1}, "restore": {"seconds": 1}}
+    cluster_metrics(families, cluster)
     scrape_metrics(families, 0.0)
     config_metrics(families, cfg)
     return families

@@ -25,6 +25,7 @@ from serving_export.delivery import registry_for
 from streaming.synthetic import read_best_auc, read_best_task_auc
 from streamrec.atomic_fs import writer_gone
 from streamrec.config import PipelineConfig
+from streamrec.contracts.cluster import RestoreNote
 from streamrec.contracts.pass_status import PassStatus, read_status, read_statuses
 from streamrec.errors import ContractError
 from streamrec.passes import (
@@ -74,6 +75,8 @@ class PassRow:
     matured_tasks: dict[str, dict[str, float]] | None = None  # further tasks: auc, copc
     judged_in: str | None = None  # the pass whose training judged it on the final labels
     train_seconds: float | None = None
+    train_rows_per_second: float | None = None  # rows over the training read's seconds
+    save_seconds: float | None = None  # the checkpoint's save, until durable
     latency_seconds: float | None = None
     save_kind: str | None = None
     table_keys: int | None = None
@@ -123,6 +126,10 @@ def _row(
             "logloss": train.test.logloss,
             "copc": train.test.copc,
             "train_seconds": sum(train.seconds.values()) or None,
+            "train_rows_per_second": (
+                train.train.count / train.seconds["train"] if train.seconds.get("train") else None
+            ),
+            "save_seconds": train.seconds.get("save"),
             "save_kind": train.checkpoint.kind if train.checkpoint else None,
             "table_keys": train.checkpoint.table_keys if train.checkpoint else None,
         }
@@ -343,19 +350,23 @@ def format_leftovers(summary: dict[str, Any]) -> str:
 
 def cluster_summary(cfg: PipelineConfig) -> dict[str, Any]:
     """The cluster as its node agents report it: the generation, each configured node
-    (its state and members, or ``None`` if it is not heartbeating), the last restart."""
+    (its state and members, or ``None`` if it is not heartbeating), the last restart, and
+    what the newest generation restored."""
     from trainers.hosts.generation import GenerationStore
     from trainers.hosts.topology import LOCAL_NODE
 
     names = [n.name for n in cfg.cluster.nodes] or [LOCAL_NODE]
-    store = GenerationStore(connect(cfg.redis), RedisKeys(cfg.name), names)
+    r, keys = connect(cfg.redis), RedisKeys(cfg.name)
+    store = GenerationStore(r, keys, names)
     generation = store.read()
     beats = store.beats()
     history = store.history(limit=2)
+    restore = r.get(keys.cluster_restore)
     return {
         "generation": generation.to_wire() if generation else None,
         "nodes": {n: beats[n].to_wire() if n in beats else None for n in names},
         "last_restart": history[0].to_wire() if history and history[0].number > 1 else None,
+        "restore": RestoreNote.from_wire(restore, "cluster restore").to_wire() if restore else None,
     }
 
 
@@ -372,11 +383,26 @@ def format_cluster(summary: dict[str, Any]) -> str:
             f"last restart: {at}, {restart['cause']} (seen by {restart['by']}; "
             f"every node back in {took:.1f} s)"
         )
+    if restore := summary.get("restore"):
+        what = (
+            f"{restore['checkpoint']} ({restore['saves']} saves)"
+            if restore["checkpoint"]
+            else "nothing (a fresh model)"
+        )
+        lines.append(
+            f"restored: {what} in {restore['seconds']:.1f} s by generation {restore['generation']}"
+        )
     for name, beat in summary["nodes"].items():
         if beat is None:
             lines.append(f"  {name:<12} no heartbeat")
             continue
-        members = ", ".join(f"{m['role'].lower()} {m['pid']}" for m in beat["members"]) or "none"
+        members = (
+            ", ".join(
+                f"{m['role'].lower()} {m['pid']} ({m.get('rss_bytes', 0) / 2**20:.0f} MiB)"
+                for m in beat["members"]
+            )
+            or "none"
+        )
         lines.append(
             f"  {name:<12} {beat['address']:<15} {beat['state']:<12} "
             f"generation {beat['generation']:<4} members: {members}"

@@ -10,6 +10,7 @@ of both topics to the same member).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -80,6 +81,8 @@ class KafkaSource:
         self._dlq: KafkaProducer | None = None
         self._dlq_unflushed = False
         self._listener: _Rebalance | None = None
+        # (topic, partition, reason) -> events sent to the dead-letter topic
+        self.dead_letters: Counter[tuple[str, int, str]] = Counter()
 
     def open(self, on_assigned: Callable[[Any], None], on_revoked: Callable[[Any], None]) -> int:
         """Prepare the topics, start the clients and join the group (a consumer from the
@@ -213,6 +216,7 @@ class KafkaSource:
         if self._dlq is None:
             raise RuntimeError("the Kafka source is not open")
         source = f"{topic}/{partition}/{offset}"
+        self.dead_letters[(topic, partition, error.reason)] += 1
         self._dlq_unflushed = True
         self._dlq.send(
             topic + self._kafka.dlq_suffix,

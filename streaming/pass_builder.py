@@ -54,6 +54,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from streaming.builder_metrics import (
+    SNAPSHOT_SECONDS,
+    BuilderSnapshot,
+    PartitionFigures,
+    TopicPartitionFigures,
+    serve_builder_metrics,
+)
 from streaming.codecs import missing_codecs
 from streaming.emit_plan import joined_labels, plan_of
 from streaming.errors import MalformedEvent
@@ -187,6 +194,13 @@ class PassBuilder:
         self._decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode")
         self._writer: SliceWriter | None = None
         self.partitions = 0  # known once open
+        # for the metrics: (topic, partition) -> records read, and the newest one's
+        # timestamp (epoch ms); passes assembled; the newest snapshot and when it was taken
+        self._records: dict[tuple[str, int], int] = {}
+        self._record_ms: dict[tuple[str, int], int] = {}
+        self._assembled = 0
+        self.snapshot: BuilderSnapshot | None = None
+        self._snapshot_at = 0.0
 
     def open(self) -> None:
         """Prepare the topics and start the clients; clear temporary files a killed
@@ -330,6 +344,9 @@ class PassBuilder:
             return None  # revoked while the batch was in flight
         times = [m.timestamp for m in messages] if self._record_time else None
         batch = _Batch(state, topic, partition, self._kind[topic], messages, times)
+        read = (topic, partition)
+        self._records[read] = self._records.get(read, 0) + len(messages)
+        self._record_ms[read] = messages[-1].timestamp
         # news from the poll, not from the apply a loop later: the poll already moved the
         # position to the end, and a partition caught up and quiet since its last apply
         # would look idle, letting other partitions' event times cut windows this batch
@@ -693,7 +710,48 @@ class PassBuilder:
             if manifest is not None:
                 self._complete.add(pass_id)
                 done.append(manifest)
+        self._assembled += len(done)
         return done
+
+    # -- metrics ---------------------------------------------------------------------------
+
+    def _take_snapshot(self, now: float) -> None:
+        """Refresh ``snapshot`` (what ``/metrics`` shows) at most every ``SNAPSHOT_SECONDS``,
+        on the polling thread: the Kafka client is not thread-safe."""
+        if now < self._snapshot_at:
+            return
+        self._snapshot_at = now + SNAPSHOT_SECONDS
+        wall_ms = time.time() * 1000
+        reads, joins = [], []
+        for partition, state in sorted(self._owned.items()):
+            for topic in self.topics.values():
+                high = self._source.highwater(topic, partition)
+                lag = (
+                    None if high is None else max(0, high - self._source.position(topic, partition))
+                )
+                newest = self._record_ms.get((topic, partition))
+                seconds = None
+                if lag == 0:
+                    seconds = 0.0
+                elif lag is not None and newest is not None:
+                    seconds = max(0.0, (wall_ms - newest) / 1000)
+                dead = {
+                    reason: n
+                    for (t, p, reason), n in self._source.dead_letters.items()
+                    if t == topic and p == partition
+                }
+                records = self._records.get((topic, partition), 0)
+                reads.append(TopicPartitionFigures(topic, partition, lag, seconds, records, dead))
+            watermark = self.watermark_ms(partition, now)
+            joins.append(
+                PartitionFigures(
+                    partition,
+                    watermark if state.newest_ms else None,
+                    state.join.waiting(),
+                    dict(state.join.open),
+                )
+            )
+        self.snapshot = BuilderSnapshot(tuple(reads), tuple(joins), self._assembled)
 
     def run(
         self,
@@ -731,6 +789,7 @@ class PassBuilder:
             for partition in sorted(self._owned):
                 self._cut_ready(partition)
             completed += self._assemble()
+            self._take_snapshot(now)
             if until_pass and is_complete(pass_dir(self._root, until_pass)):
                 break
             if drain and not in_flight and self._read_to(ends):
@@ -764,6 +823,15 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--until-pass", help="stop once this pass id is complete")
     parser.add_argument("--idle-timeout", type=float, help="stop after this many idle seconds")
     parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve the builder's metrics (consumer lag, watermarks, waiting rows, dead "
+        "letters) on this port's /metrics for Prometheus; off unless given",
+    )
+    parser.add_argument(
+        "--metrics-host", default="0.0.0.0", help="listen address of --metrics-port"
+    )
+    parser.add_argument(
         "--drain",
         action="store_true",
         help="the stream has ended (a replay, a backfill): read every partition to its end "
@@ -776,15 +844,23 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     cli = parser()
     args = cli.parse_args(argv)
-    return run_command(lambda: _build(args.config, args.until_pass, args.idle_timeout, args.drain))
+    return run_command(lambda: _build(args))
 
 
-def _build(config: Path, until_pass: str | None, idle_timeout: float | None, drain: bool) -> int:
-    builder = PassBuilder(load_config(config))
+def _build(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    builder = PassBuilder(cfg)
+    stop_metrics = None
+    if args.metrics_port is not None:
+        stop_metrics = serve_builder_metrics(
+            cfg.name, lambda: builder.snapshot, args.metrics_host, args.metrics_port
+        )
     try:
-        builder.run(until_pass=until_pass, idle_timeout_s=idle_timeout, drain=drain)
+        builder.run(until_pass=args.until_pass, idle_timeout_s=args.idle_timeout, drain=args.drain)
     finally:
         builder.close()
+        if stop_metrics is not None:
+            stop_metrics()
     return 0
 
 

@@ -116,6 +116,11 @@ class RedisKeys:
         return f"{self.prefix}:cluster:history"
 
     @property
+    def cluster_restore(self) -> str:
+        """The newest generation's restore (``RestoreNote``), written by its first worker."""
+        return f"{self.prefix}:cluster:restore"
+
+    @property
     def pass_follower(self) -> str:
         """The lease of the node whose pass follower leads (``ops.pass_follower``)."""
         return f"{self.prefix}:cluster:follower"

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import redis
 
 from streamrec.config import PipelineConfig
-from streamrec.contracts.cluster import WorkerBeat
+from streamrec.contracts.cluster import RestoreNote, WorkerBeat
 from streamrec.contracts.pass_status import CONTRACT, PassField, PassStatus, read_status, record
 from streamrec.contracts.training import (
     ExportReply,
@@ -286,6 +286,10 @@ class WorkerChannel:
         while not self._stop.is_set():
             self._publish()
             self._stop.wait(self._heartbeat_s)
+
+    def note_restore(self, note: RestoreNote) -> None:
+        """Keep what this generation restored, for ``streamrec status`` and the exporter."""
+        self._r.set(self._keys.cluster_restore, note.to_json())
 
     def stop_heartbeat(self) -> None:
         with self._publishing:

@@ -25,10 +25,12 @@ class Generation(Contract):
 
 
 class Member(Contract):
-    """One live member process of a node: its role (PSERVER or TRAINER) and pid."""
+    """One live member process of a node: its role (PSERVER or TRAINER), pid and
+    resident memory (a server's holds its share of the sparse table)."""
 
     role: str
     pid: int
+    rss_bytes: int = 0
 
 
 class NodeBeat(Contract):
@@ -54,3 +56,14 @@ class WorkerBeat(Contract):
     generation: int
     state: str
     ts: float  # epoch seconds
+
+
+class RestoreNote(Contract):
+    """What the cluster's first worker loaded at the start of a generation: the newest
+    checkpoint of the chain (none: a fresh model), how many saves, in how many seconds."""
+
+    generation: int
+    checkpoint: str | None
+    saves: int
+    seconds: float
+    at: float  # epoch seconds when it finished

@@ -7,8 +7,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ops.exporter import Families, config_metrics, pass_metrics
+from ops.exporter import config_metrics, pass_metrics
 from ops.status import NOT_TRAINED_YET, STALE, PassRow
+from streamrec.metric_families import Families
 
 
 def _scrape(rows: list[PassRow]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -46,7 +46,7 @@ from trainers.hosts.topology import Topology, check_host_name
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5
-Roster = list[dict[str, str | int]]  # this node's live members: role and pid
+Roster = list[dict[str, str | int]]  # this node's live members: role, pid, memory
 
 
 class NodeAgent:

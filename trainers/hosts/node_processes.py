@@ -112,8 +112,16 @@ class NodeProcesses:
         return [process for process, r in self._scan() if role in (None, r)]
 
     def roster(self) -> list[dict[str, str | int]]:
-        """Each live member's role and pid, read once (what a node reports)."""
-        return [{"role": role, "pid": process.pid} for process, role in self._scan()]
+        """Each live member's role, pid and resident memory, read once (what a node
+        reports)."""
+        members: list[dict[str, str | int]] = []
+        for process, role in self._scan():
+            try:
+                rss = process.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+            members.append({"role": role, "pid": process.pid, "rss_bytes": rss})
+        return members
 
     def _scan(self) -> list[tuple[psutil.Process, str]]:
         if not self.running:

@@ -13,16 +13,18 @@ import argparse
 import logging
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
 
 from streamrec.atomic_fs import remove_leftovers
 from streamrec.config import admission_on, load_config
+from streamrec.contracts.cluster import RestoreNote
 from streamrec.logs import setup_logging
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
-from trainers.control_plane import STARTED_ENV, Command, WorkerChannel
+from trainers.control_plane import GENERATION_ENV, STARTED_ENV, Command, WorkerChannel
 from trainers.leftovers import cluster_leftovers
 from trainers.warm_start import model_signature
 from trainers.worker import dense_average, exports, pass_steps, saves, sync_mode
@@ -142,8 +144,18 @@ def main(argv: list[str] | None = None) -> int:
         ctx.sync = sync_mode.install(graph.loss)
     if cfg.model.runner.dense_average == "pass":  # after the sync round: its pull first
         ctx.average = dense_average.install(graph.loss)
+    restoring = time.monotonic()
     restored = saves.restore(ctx)
     if ctx.leader:  # done markers past the restored model name work it no longer holds
+        channel.note_restore(
+            RestoreNote(
+                generation=int(os.environ.get(GENERATION_ENV, "0")),
+                checkpoint=restored.name if restored else None,
+                saves=len(ctx.chain),
+                seconds=time.monotonic() - restoring,
+                at=time.time(),
+            )
+        )
         channel.forget_done_after(restored.pass_id if restored else "")
         grace_s = cfg.retention.leftover_minutes * 60
         for removed in remove_leftovers(cluster_leftovers(cfg.paths).leftovers, grace_s):
