@@ -1,5 +1,6 @@
 """deploy/grafana/streamrec.json, Grafana's JSON model of the pipeline's dashboard: every
-series a panel asks for is one that ``streamrec exporter`` or ``streamrec serve`` serves
+series a panel asks for is one that ``streamrec exporter``, the pass builder or ``streamrec
+serve`` serves
 (a renamed metric would leave a panel empty without an error anywhere), and the panels are
 laid out without overlapping."""
 
@@ -13,17 +14,21 @@ import pytest
 
 from ops.exporter import every_family
 from serving_export.serving_metrics import ServingMetrics
+from streaming.builder_metrics import builder_metrics, example_snapshot
 from streamrec.config import PipelineConfig
+from streamrec.metric_families import Families
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "streamrec.json"
 SERIES = re.compile(r"\bstreamrec_[a-z_]+\b")
 
 
 def _served(cfg: PipelineConfig) -> set[str]:
-    """Every series name the exporter and the service write, histogram and counter
-    suffixes included."""
-    names = {f.name for f in every_family(cfg)}
+    """Every series name the exporter, the builder and the service write, histogram and
+    counter suffixes included."""
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_sum", "_count"]}
+    builder = Families("example")
+    builder_metrics(builder, example_snapshot())
+    names = {f.name + s for f in [*every_family(cfg), *builder] for s in suffixes.get(f.type, [""])}
     for family in ServingMetrics().registry.collect():  # labelled ones have no sample yet
         names |= {family.name + s for s in suffixes.get(family.type, [""])}
     return names

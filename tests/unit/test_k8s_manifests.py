@@ -5,6 +5,8 @@ config, the StatefulSets' pods, their names, ports and the shared volume agree."
 from __future__ import annotations
 
 import base64
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +62,14 @@ def test_a_misspelt_field_is_caught() -> None:
 
 
 def _ours(kind: str) -> dict[str, dict[str, Any]]:
-    """The objects of ``kind`` that run streamrec (not the Kafka beside it)."""
+    """The workloads of ``kind`` that run streamrec's image (not the Kafka or the
+    Prometheus beside it)."""
     return {
         name: o
         for name, o in _by_kind(kind).items()
-        if o["metadata"]["labels"]["app.kubernetes.io/name"] == "streamrec"
+        if any(
+            c["image"].startswith("streamrec:") for c in o["spec"]["template"]["spec"]["containers"]
+        )
     }
 
 
@@ -147,3 +152,38 @@ def test_kafka_is_three_kraft_nodes_on_the_tested_version(repo: Path, tmp_path: 
     host, port = cfg.kafka.bootstrap_servers.split(":")
     ports = {p["port"] for p in _by_kind("Service")[host]["spec"]["ports"]}
     assert int(port) in ports
+
+
+def test_prometheus_scrapes_every_metrics_port_with_the_shipped_rules(
+    repo: Path, tmp_path: Path
+) -> None:
+    """The Prometheus config is valid (``promtool check config``, with the shipped rules
+    where the ConfigMap mounts them), finds streamrec's pods, and every streamrec container
+    serving metrics names its port ``metrics`` at the port its command gives. Debian's
+    promtool is built without Kubernetes discovery (it refuses ``kubernetes_sd_configs``),
+    so the check sees a static target in its place; the image's Prometheus has it."""
+    raw = yaml.safe_load(_by_kind("ConfigMap")["streamrec-prometheus"]["data"]["prometheus.yml"])
+    (job,) = raw["scrape_configs"]
+    assert job.pop("kubernetes_sd_configs") == [
+        {"role": "pod", "namespaces": {"own_namespace": True}}
+    ]
+    job["static_configs"] = [{"targets": ["pod:9464"]}]
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shutil.copy(repo / "deploy/prometheus/streamrec-alerts.yml", rules)
+    (file,) = raw["rule_files"]
+    raw["rule_files"] = [file.replace("/etc/prometheus/rules/", f"{rules}/")]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump(raw))
+    checked = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True)
+    assert checked.returncode == 0, checked.stderr.decode() + checked.stdout.decode()
+    prometheus = _by_kind("Deployment")["streamrec-prometheus"]["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in prometheus["containers"][0]["volumeMounts"]}
+    assert mounts["rules"] == "/etc/prometheus/rules"
+    assert f"--config.file={mounts['config']}/prometheus.yml" in prometheus["containers"][0]["args"]
+    serving_metrics = {"streamrec-exporter": "--port", "streamrec-pass-builder": "--metrics-port"}
+    for name, flag in serving_metrics.items():
+        container = _ours("Deployment")[name]["spec"]["template"]["spec"]["containers"][0]
+        command = container["command"]
+        port = int(command[command.index(flag) + 1])
+        assert {"name": "metrics", "containerPort": port} in container["ports"], name
