@@ -142,3 +142,27 @@ def open_document(url: str, screenshot: Path | None = None) -> Document:
         if screenshot is not None:
             page.screenshot(path=str(screenshot), full_page=True)
     return Document(title=title, rows=rows, errors=errors)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """Prometheus's classic graph page as drawn: its legend's series, the errors."""
+
+    series: list[str]
+    errors: list[str]
+
+
+def open_graph(url: str, screenshot: Path | None = None) -> Graph:
+    """Open a graph of Prometheus's own web UI at ``url`` in headless Chromium, wait for the
+    graph to be drawn, read its legend's series; save a full-page PNG to ``screenshot``."""
+    errors: list[str] = []
+    with _page(errors) as page:
+        response = page.goto(url, wait_until="networkidle")
+        if response is None or not response.ok:
+            errors.append(f"{url}: {response.status if response else 'no response'}")
+        labels = page.locator(".legend .label")
+        labels.first.wait_for(timeout=30_000)
+        series = labels.all_inner_texts()
+        if screenshot is not None:
+            page.screenshot(path=str(screenshot), full_page=True)
+    return Graph(series=series, errors=errors)
