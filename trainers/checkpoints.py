@@ -122,9 +122,32 @@ def list_checkpoints(root: Path) -> list[CheckpointInfo]:
     return sorted(found, key=lambda i: i.seq)
 
 
+def missing_tables(directory: Path, model: ModelSignature, servers: int | None = None) -> list[str]:
+    """What a save lacks of its sparse tables: each table's folder with a
+    ``part-<server>-<shard>`` file from every one of ``servers`` (None: from any). A save the
+    servers failed is a folder without them: Paddle only logs the failure, and loading it
+    kills the servers (SIGFPE in the dense table's load, seen in CI on 2026-11-29)."""
+    missing = []
+    for name, table in model.sparse_tables.items():
+        folder = Path(directory) / f"{table.table_id:03d}"
+        wrote = {part.name.split("-")[1] for part in folder.glob("part-*-*")}
+        if servers is None:
+            if not wrote:
+                missing.append(f"{name} ({folder.name}/): no file")
+        elif lost := [s for s in range(servers) if f"{s:03d}" not in wrote]:
+            missing.append(f"{name} ({folder.name}/): nothing from server {lost}")
+    return missing
+
+
 def restore_chain(root: Path) -> list[CheckpointInfo]:
-    """The saves to load in order: the newest save whose chain back to a base is complete."""
-    by_name = {i.name: i for i in list_checkpoints(root)}
+    """The saves to load in order: the newest save whose chain back to a base is complete
+    (every save of it holding its sparse tables' files)."""
+    by_name = {}
+    for info in list_checkpoints(root):
+        if info.model is not None and (lacks := missing_tables(Path(root) / info.name, info.model)):
+            log.error("checkpoint %s is not loadable, passed over: %s", info.name, "; ".join(lacks))
+            continue
+        by_name[info.name] = info
     for newest in sorted(by_name.values(), key=lambda i: i.seq, reverse=True):
         chain = [newest]
         while not chain[-1].is_base:

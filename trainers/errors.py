@@ -4,6 +4,7 @@ TrainerError (StreamrecError)
 ├── ClusterUnavailable   no live workers, or the cluster did not start: start or restart it
 ├── CommandTimeout       a command did not finish in time: look at the worker logs
 ├── CommandFailed        the cluster ran the command and reported an error
+├── SaveFailed           the servers' save wrote no tables: the previous save stands
 └── DeviceUnsupported    the installed Paddle wheel cannot run the requested device
 """
 
@@ -24,6 +25,10 @@ class CommandTimeout(TrainerError):
 
 class CommandFailed(TrainerError):
     """The cluster reported a failure for a command."""
+
+
+class SaveFailed(TrainerError):
+    """The servers' save of a checkpoint wrote no tables (Paddle only logs it)."""
 
 
 class DeviceUnsupported(TrainerError):

@@ -6,8 +6,11 @@ from pathlib import Path
 
 from trainers.checkpoints import (
     CheckpointInfo,
+    ModelSignature,
+    SparseTableShape,
     apply_retention,
     list_checkpoints,
+    missing_tables,
     next_kind,
     restore_chain,
     write_info,
@@ -61,3 +64,59 @@ def test_retention_keeps_the_newest_bases_and_their_deltas(tmp_path: Path) -> No
     assert gone == names[:2]
     assert [i.name for i in list_checkpoints(tmp_path)] == names[2:]
     assert [i.name for i in restore_chain(tmp_path)] == names[4:]
+
+
+MODEL = ModelSignature(
+    network="n",
+    slots={"user_id": "user_id"},
+    sparse_tables={
+        "emb": SparseTableShape(dim=9, rule="adagrad", row_width=17, table_id=0),
+        "wide": SparseTableShape(dim=1, rule="adagrad", row_width=3, table_id=2),
+    },
+    dense={"b": (1,)},
+)
+
+
+def _with_tables(root: Path, name: str, servers: dict[int, list[int]]) -> None:
+    """Give save ``name`` the files its servers wrote: table id -> the servers that did."""
+    info = CheckpointInfo.model_validate_json((root / name / "CHECKPOINT.json").read_text())
+    write_info(root / name, info.model_copy(update={"model": MODEL}))
+    for table_id, wrote in servers.items():
+        folder = root / name / f"{table_id:03d}"
+        folder.mkdir(exist_ok=True)
+        for server in wrote:
+            (folder / f"part-{server:03d}-00000").write_text("")  # a shard with no keys
+
+
+def test_a_save_must_hold_every_sparse_table_from_every_server(tmp_path: Path) -> None:
+    name = _save(tmp_path, 0, "202601010000", "base")
+    _with_tables(tmp_path, name, {0: [0, 1], 2: [0, 1]})
+    assert missing_tables(tmp_path / name, MODEL, servers=2) == []
+    _with_tables(tmp_path, name, {})  # the same folders: nothing lost
+    assert missing_tables(tmp_path / name, MODEL, servers=3) == [
+        "emb (000/): nothing from server [2]",
+        "wide (002/): nothing from server [2]",
+    ]
+    empty = _save(tmp_path, 1, "202601010010", "delta", name)
+    assert missing_tables(tmp_path / empty, MODEL, servers=2) == [
+        "emb (000/): nothing from server [0, 1]",
+        "wide (002/): nothing from server [0, 1]",
+    ]
+    assert missing_tables(tmp_path / empty, MODEL) == [
+        "emb (000/): no file",
+        "wide (002/): no file",
+    ]
+
+
+def test_restore_passes_over_a_save_whose_tables_were_not_written(tmp_path: Path) -> None:
+    """A delta the servers failed to write (CI, 2026-11-29: only CHECKPOINT.json) is not
+    loaded: the chain ends at its parent, where loading it killed the servers."""
+    base = _save(tmp_path, 0, "202601010000", "base")
+    _with_tables(tmp_path, base, {0: [0], 2: [0]})
+    d1 = _save(tmp_path, 1, "202601010010", "delta", base)
+    _with_tables(tmp_path, d1, {0: [0], 2: [0]})
+    d2 = _save(tmp_path, 2, "202601010020", "delta", d1)
+    _with_tables(tmp_path, d2, {})
+    assert [i.name for i in restore_chain(tmp_path)] == [base, d1]
+    _with_tables(tmp_path, d2, {0: [0], 2: [0]})
+    assert [i.name for i in restore_chain(tmp_path)] == [base, d1, d2]

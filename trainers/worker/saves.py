@@ -22,13 +22,15 @@ from trainers.checkpoints import (
     CheckpointKind,
     apply_retention,
     list_checkpoints,
+    missing_tables,
     restore_chain,
     saved_keys,
     write_info,
 )
+from trainers.errors import SaveFailed
 from trainers.warm_start import check_warm_start
 from trainers.worker import dense_tables
-from trainers.worker.worker_context import WorkerContext
+from trainers.worker.worker_context import WorkerContext, agree_any
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,26 @@ def save(
     """Save the servers' tables as ``kind`` after ``pass_id``: every worker calls the save
     (it runs on worker 0 between barriers); worker 0 writes CHECKPOINT.json into the
     temporary directory, renames it into place and applies retention; a barrier later every
-    worker adopts the same chain."""
+    worker adopts the same chain. A save the servers did not write (no table files: Paddle
+    only logs the failure) is made once more as a base, a full save, since a delta after a
+    failed one could miss keys it marked saved; a daily save is not (its mode ages every
+    key), it fails the command and the previous save stands."""
+    try:
+        return _save_as(ctx, pass_id, kind, manifest, train)
+    except SaveFailed as e:
+        if kind == "daily":
+            raise
+        log.error("%s: saving once more, as a base", e)
+        return _save_as(ctx, pass_id, "base", manifest, train)
+
+
+def _save_as(
+    ctx: WorkerContext,
+    pass_id: str,
+    kind: CheckpointKind,
+    manifest: PassManifest,
+    train: dict[str, Any] | None,
+) -> CheckpointInfo:
     from paddle.distributed import fleet
 
     root = Path(ctx.cfg.paths.checkpoint_root)
@@ -79,6 +100,13 @@ def save(
     if settled is not None:
         log.info("dense tables settled %.3f s after the pass", settled)
     fleet.save_persistables(ctx.exe, str(tmp), mode=info.mode)
+    lacks = ctx.leader_only(lambda: missing_tables(tmp, ctx.signature, fleet.server_num()))
+    if agree_any(bool(lacks)):  # every worker raises alike: they retry together
+        ctx.leader_only(lambda: shutil.rmtree(tmp, ignore_errors=True))
+        raise SaveFailed(
+            f"the servers' save of {info.name} wrote no tables "
+            f"({'; '.join(lacks or []) or 'worker 0 has the list'}): see the server logs"
+        )
 
     def publish() -> CheckpointInfo:
         keys = saved_keys(tmp)
