@@ -81,8 +81,10 @@ def reader_threads(ctx: WorkerContext, files: list[str]) -> int:
 
 
 # Scoring updates nothing, so its batches need not be training's: one sparse pull per
-# batch was most of a score's cost at training's 128 rows (a 50,000-row sample: 0.65 s).
-SCORE_BATCH_SIZE = 1024
+# batch was most of a score's cost at training's 128 rows (a 50,000-row sample: 0.65 s),
+# and still a third of it at 1,024 (bench/train.py's sampled score 0.15-0.28 s, against
+# 0.12-0.14 s at 4,096; docs/decisions/)
+SCORE_BATCH_SIZE = 4096
 
 
 def training_batch_size(runner: RunnerConfig, share: int) -> int:
