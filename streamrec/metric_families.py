@@ -23,24 +23,25 @@ class Families:
 
     def set(self, name: str, about: str, value: float | None, **labels: str) -> None:
         """Set ``streamrec_<name>`` (a gauge) for ``labels``; nothing when ``value`` is None."""
-        if value is None:
-            return
-        family = self._families.get(name)
-        if family is None:
-            family = GaugeMetricFamily(
-                f"streamrec_{name}", about, labels=["pipeline", *sorted(labels)]
-            )
-            self._families[name] = family
-        family.add_metric([self.pipeline, *(labels[k] for k in sorted(labels))], value)
+        if value is not None:
+            self._add(GaugeMetricFamily, name, about, value, labels)
 
     def count(self, name: str, about: str, value: float, **labels: str) -> None:
         """Set the counter ``streamrec_<name>_total`` for ``labels`` (``name`` without the
         suffix: prometheus-client appends it)."""
+        self._add(CounterMetricFamily, name, about, value, labels)
+
+    def _add(
+        self,
+        kind: type[GaugeMetricFamily | CounterMetricFamily],
+        name: str,
+        about: str,
+        value: float,
+        labels: dict[str, str],
+    ) -> None:
         family = self._families.get(name)
         if family is None:
-            family = CounterMetricFamily(
-                f"streamrec_{name}", about, labels=["pipeline", *sorted(labels)]
-            )
+            family = kind(f"streamrec_{name}", about, labels=["pipeline", *sorted(labels)])
             self._families[name] = family
         family.add_metric([self.pipeline, *(labels[k] for k in sorted(labels))], value)
 
