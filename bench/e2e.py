@@ -591,10 +591,12 @@ def run(
     join: str = IMPRESSION,
     label_window_s: int = LABEL_WINDOW_S,
     lateness_s: int = LATENESS_SECONDS,
+    step_seconds: int | None = None,
 ) -> dict[str, Outcome]:
     """Both pipelines (or those named) on one live stream of ``rate`` impressions/s, in
     passes of ``pass_seconds``, labels as ``join`` says (``e2e_config``); with ``follow``,
-    ``cluster.follow_passes`` set so (None: as shipped)."""
+    ``cluster.follow_passes`` set so (None: as shipped); ``step_seconds``: ours trains
+    each pass in steps of that many seconds as its window fills."""
     logs = root / "logs"
     logs.mkdir(parents=True)
     with ExitStack() as stack:
@@ -611,6 +613,9 @@ def run(
         )
         if follow is not None:
             cfg = derived(cfg, "--follow-passes", cluster={"follow_passes": follow})
+        if step_seconds:
+            steps = {"step_seconds": step_seconds, "join_memory_mib": None}
+            cfg = derived(cfg, "--step-seconds", passes=steps)
         print(f"cluster.follow_passes: {cfg.cluster.follow_passes}", flush=True)
         config_path = dump_config(cfg, root / OURS / "pipeline.yaml")
         clock = cfg.passes.clock
@@ -700,6 +705,7 @@ def sweep(
     out: Path,
     pass_seconds: int = 60,
     lateness_s: int = LATENESS_SECONDS,
+    step_seconds: int | None = None,
 ) -> None:
     """``run`` of each pipeline alone at each rate, fresh services each time; a pipeline
     that does not sustain a rate runs no higher one. The side-by-side table, the charts,
@@ -718,6 +724,7 @@ def sweep(
                 (name,),
                 pass_seconds=pass_seconds,
                 lateness_s=lateness_s,
+                step_seconds=step_seconds,
             )
         active = [n for n in active if results[rate][n].sustained]
     columns = [
@@ -816,6 +823,11 @@ def main() -> int:
         help="passes.allowed_lateness_seconds for both (the live mode's 5 s by default)",
     )
     parser.add_argument(
+        "--step-seconds",
+        type=int,
+        help="passes.step_seconds for ours: each pass trained in steps as its window fills",
+    )
+    parser.add_argument(
         "--sweep", help="comma-separated rates, e.g. 500,2000,5000,10000,20000: the ceilings"
     )
     parser.add_argument(
@@ -847,7 +859,11 @@ def main() -> int:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         if args.sweep:
             rates = sorted(float(r) for r in args.sweep.split(","))
-            sweep(rates, args.passes, root, args.out.resolve(), args.pass_seconds, args.lateness)
+            sweep(
+                rates,
+                *(args.passes, root, args.out.resolve(), args.pass_seconds, args.lateness),
+                step_seconds=args.step_seconds,
+            )
             return 0
         follow = None if args.follow_passes is None else args.follow_passes == "on"
         outcomes = run(
@@ -859,6 +875,7 @@ def main() -> int:
             join=args.join,
             label_window_s=args.label_window,
             lateness_s=args.lateness,
+            step_seconds=args.step_seconds,
         )
     ours, theirs = outcomes[OURS].figures, outcomes[REFERENCE].figures
     mode = "" if args.join == IMPRESSION else f"_{args.join}"

@@ -1,6 +1,7 @@
 """The cluster follows the passes (``cluster.follow_passes``): each pass is trained the
 moment it is complete, judged, and delivered off the training path.
 
+    pass N steps published (passes.step_seconds) -> train_steps: scored and trained, unsaved
     pass N complete -> train N (progressive metrics, the durable save) -> gate N
       -> after a day's last pass: the cluster's maintenance and retention, before N+1
       -> passed, and no later pass complete: export N (the model as it stands), then
@@ -42,7 +43,7 @@ from streamrec.contracts.catch_up import Superseded
 from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.pass_status import PassField, read_status, record
 from streamrec.errors import StreamrecError
-from streamrec.passes import is_complete, pass_dir
+from streamrec.passes import is_complete, pass_dir, published_step_names
 from streamrec.redis_conn import connect
 from streamrec.redis_keys import RedisKeys
 from trainers.checkpoints import restore_chain
@@ -86,6 +87,7 @@ class PassFollower:
         self._deliveries = ThreadPoolExecutor(1, thread_name_prefix="deliver")
         self._delivering: Future[None] | None = None
         self._waiting: list[str] = []  # passed the gate, not exported: superseded next
+        self._stepped: tuple[str | None, set[str]] = (None, set())  # window, steps sent
 
     def run(self) -> None:
         """Lead while holding the lease, else wait for it, until ``stop``. A defect in a
@@ -156,12 +158,32 @@ class PassFollower:
 
     def _watch_next_window(self, head: str | None) -> None:
         """Wait up to ``POLL_S``, returning early once the window after ``head`` is a
-        complete pass."""
+        complete pass; then train the steps of that window published since."""
         window = self.cfg.passes.clock.next(head) if head is not None else None
         deadline = time.monotonic() + POLL_S
         while not self.stop.wait(STAT_S) and time.monotonic() < deadline:
             if window is not None and is_complete(pass_dir(self.cfg.paths.data_root, window)):
                 return
+        if window is not None and self.cfg.passes.step_seconds:
+            self._train_steps(window)
+
+    def _train_steps(self, window: str) -> None:
+        """Train the steps of the open pass ``window`` published and not yet sent. The
+        workers skip a step they trained; one they lost (the cluster restarted) is trained
+        by the pass's own command."""
+        if self._stepped[0] != window:
+            self._stepped = (window, set())
+        sent = self._stepped[1]
+        new = tuple(
+            s for s in published_step_names(self.cfg.paths.data_root, window) if s not in sent
+        )
+        if not new:
+            return
+        trained = self._retried(
+            f"train the steps {new} of {window}", lambda: self.client.train_steps(window, new)
+        )
+        if trained is not None:
+            sent.update(new)
 
     def _finished(self, pass_id: str) -> bool:
         status = read_status(self._r, self._keys, pass_id)

@@ -136,6 +136,11 @@ class PartitionJoin:
         self._checkpoints = 0  # names the segments each checkpoint writes
         # impression window -> label -> lowest offset of its label events in the store
         self._cold_labels: dict[str, dict[str, int]] = {}
+        # steps (passes.step_seconds): open window -> the impression offset read up to at
+        # its newest step (a replayed impression below it is in a step already), and the
+        # event ids its steps wrote (a repeated impression is still one)
+        self.step_consumed: dict[str, int] = {}
+        self._stepped_ids: dict[str, list[str]] = {}
 
     # -- time --------------------------------------------------------------------------
 
@@ -196,8 +201,21 @@ class PartitionJoin:
         consumed = self._consumed_at[window]
         return consumed is None or offset < consumed
 
+    def _not_stepped(self, windows: list[str], table: pa.Table) -> tuple[list[str], pa.Table]:
+        """The rows of a replayed batch that no published step of their window holds."""
+        offsets = table.column("kafka_offset")
+        if pc.min(offsets).as_py() >= max(self.step_consumed.values()):
+            return windows, table  # read after every step: the live case
+        below = [self.step_consumed.get(w, -1) for w in windows]
+        keep = np.greater_equal(offsets.to_numpy(), np.array(below, dtype=np.int64))
+        return [w for w, k in zip(windows, keep, strict=True) if k], table.filter(keep)
+
     def add_impressions(self, windows: list[str], table: pa.Table) -> None:
         """Hold a batch of impression rows (pass columns); ``windows[i]`` is row i's."""
+        if self.step_consumed:
+            windows, table = self._not_stepped(windows, table)
+            if not windows:
+                return
         closed, replay_to = self.closed_through, self.replay_to.get(IMPRESSIONS, -1)
         time_of = self._time_of
         ids = table.column("event_id").to_pylist()
@@ -332,6 +350,18 @@ class PartitionJoin:
             return None
         return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 
+    def take_step(self, window: str) -> pa.Table | None:
+        """Every row of ``window`` held now, final (labels carried in the impressions: the
+        config allows steps only then), held no more; None when there are none. Their
+        event ids stay known until the window closes."""
+        if window not in self.pending:
+            return None
+        table = self._load(window)
+        self._drop(window)
+        self._stepped_ids.setdefault(window, []).extend(table.column("event_id").to_pylist())
+        self._hot_arrow = sum(t.nbytes for t in self._hot_tables())
+        return table
+
     def close(self, window: str) -> pa.Table | None:
         """The rows due by ``window``'s horizon (None when there are none), a delayed plan's
         observed rows and duplicates ordered by when each became known (impression time
@@ -343,6 +373,11 @@ class PartitionJoin:
         assert horizon is not None
         self.closed_through, self.horizon_ms = window, horizon
         self.used_offsets, self.matured = {}, None
+        for stepped in [w for w in self._stepped_ids if w <= window]:
+            for event_id in self._stepped_ids.pop(stepped):
+                self._time_of.pop(event_id, None)
+        for stepped in [w for w in self.step_consumed if w <= window]:
+            del self.step_consumed[stepped]
         final = not plan.delayed
         rows = []
         for delay, names in plan.groups:

@@ -95,11 +95,16 @@ from streamrec.passes import (
     PartitionRange,
     PassManifest,
     RowKind,
+    SliceManifest,
+    StepManifest,
     hold_path,
     is_complete,
     pass_dir,
+    published_steps,
     read_slice,
+    read_step,
     slice_dir,
+    step_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -123,6 +128,7 @@ class _Partition:
     newest_ms: dict[str, int] = field(default_factory=dict)
     last_seen: dict[str, float] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)  # kinds whose read an open transaction stops
+    steps: dict[str, list[StepManifest]] = field(default_factory=dict)  # window -> published
 
 
 @dataclass
@@ -145,6 +151,10 @@ class _Batch:
 
 def _count(kinds: pa.ChunkedArray, kind: RowKind) -> int:
     return int(pc.sum(pc.equal(kinds, int(kind))).as_py() or 0)
+
+
+def _named(cut: SliceManifest | StepManifest) -> str:
+    return f"{cut.pass_id} step {cut.step}" if isinstance(cut, StepManifest) else cut.pass_id
 
 
 def _ranges(table: pa.Table) -> PartitionRange | None:
@@ -185,6 +195,9 @@ class PassBuilder:
         self._lateness_ms = cfg.passes.allowed_lateness_seconds * 1000
         cut_delay_ms = self._plan.cut_delay_ms
         self._windows = WindowCutter(self._clock, cut_delay_ms, cfg.passes.max_gap_passes)
+        step = cfg.passes.step_seconds
+        self._step_ms = step * 1000 if step else None
+        self._steps_per_pass = cfg.passes.steps_per_pass
         self._owned: dict[int, _Partition] = {}
         self._future_limit_ms = 0.0
         self._known: set[str] = set()  # pass ids with at least one slice
@@ -230,8 +243,28 @@ class PassBuilder:
 
     # -- ownership -----------------------------------------------------------------------
 
+    def _steps_after(self, partition: int, closed: str | None) -> dict[str, list[StepManifest]]:
+        """``partition``'s published steps of the windows after ``closed``."""
+        found = {}
+        for window in sorted(slice_pass_ids(self._root)):
+            if closed is None or window > closed:
+                numbers = published_steps(self._root, window, partition)
+                steps = [read_step(step_dir(self._root, window, partition, k)) for k in numbers]
+                if steps:
+                    found[window] = steps
+        return found
+
     def _load(self, partition: int) -> _Partition:
-        newest = latest_slice(self._root, partition, self._clock)
+        newest_slice = latest_slice(self._root, partition, self._clock)
+        closed = newest_slice.pass_id if newest_slice else None
+        steps = self._steps_after(partition, closed) if self._step_ms else {}
+        # where to resume: the newest cut, slice or step (a step of a later window can be
+        # older than the slice of an earlier one)
+        impressions = self.topics[IMPRESSIONS]
+        cuts: list[SliceManifest | StepManifest] = [s for done in steps.values() for s in done]
+        if newest_slice is not None:
+            cuts.append(newest_slice)
+        newest = max(cuts, key=lambda c: c.consumed_to.get(impressions, -1), default=None)
         by_kind = {
             kind: (newest.resume_offsets.get(topic) if newest else None)
             for kind, topic in self.topics.items()
@@ -243,16 +276,19 @@ class PassBuilder:
         }
         join = PartitionJoin(
             labels=self._joined,
-            closed_through=newest.pass_id if newest else None,
+            closed_through=closed,
             replay_to=replay,
             plan=self._plan,
             clock=self._clock,
             cut_consumed=lambda window: self._cut_consumed(partition, window),
             spill=self._spill_settings(partition),
         )
+        join.step_consumed = {w: done[-1].consumed_to[impressions] for w, done in steps.items()}
         resume = {k: v for k, v in by_kind.items() if v is not None}
         now = time.monotonic()
-        state = _Partition(join=join, resume=resume, last_seen={k: now for k in self.topics})
+        state = _Partition(
+            join=join, resume=resume, last_seen={k: now for k in self.topics}, steps=steps
+        )
         restored = join.restore()
         if restored is not None:  # the spill store's checkpoint is newer than the slice
             state.resume, state.newest_ms = dict(restored[0]), dict(restored[1])
@@ -260,7 +296,7 @@ class PassBuilder:
         log.info(
             "partition %d: resuming after %s at %s%s",
             partition,
-            newest.pass_id if newest else "nothing",
+            _named(newest) if newest else "nothing",
             state.resume or "the beginning",
             f" from its spill store ({join.waiting():,} rows waiting)" if restored else "",
         )
@@ -548,6 +584,47 @@ class PassBuilder:
             self._watch_holds(time.monotonic())
             self._next_scan = time.monotonic() + RESCAN_SECONDS
 
+    def _read_points(self, state: _Partition) -> tuple[dict[str, int], dict[str, int]]:
+        """Per topic, where the partition resumes after a cut now (the lowest offset still
+        held, else the next unread one) and the next unread offset."""
+        resume, consumed = {}, {}
+        for kind, topic in self.topics.items():
+            read_to = state.consumed_to.get(kind, state.resume.get(kind, 0))
+            lowest = state.join.lowest_needed(kind)
+            resume[topic] = read_to if lowest is None else min(lowest, read_to)
+            consumed[topic] = read_to
+        return resume, consumed
+
+    def _step(self, partition: int) -> None:
+        """Write a step of the oldest open window of ``partition`` once the watermark is a
+        step boundary further into it (``passes.step_seconds``): its rows held now, final."""
+        state = self._owned[partition]
+        closed = state.join.closed_through
+        window = min((w for w in state.join.pending if closed is None or w > closed), default=None)
+        if self._step_ms is None or window is None:
+            return
+        start = self._clock.window(window)[0]
+        due = min((self.watermark_ms(partition) - start) // self._step_ms, self._steps_per_pass - 1)
+        done = state.steps.get(window)
+        if due <= (done[-1].step if done else 0) or not self._finish_write(partition, wait=False):
+            return
+        if self._owned.get(partition) is not state:
+            return
+        table = state.join.take_step(window)
+        if table is None:
+            return
+        counts = self._counts(state.join, table, None).model_copy(update={"waiting": 0})
+        resume, consumed = self._read_points(state)
+        rows_range = _ranges(table)
+        fields: dict[str, Any] = {
+            "offsets": {self.topics[IMPRESSIONS]: rows_range} if rows_range else {},
+            "resume_offsets": resume,
+            "consumed_to": consumed,
+            "counts": counts,
+        }
+        self._source.flush_dead_letters()  # its dead letters are durable before it is
+        self._slices.submit_step(partition, window, int(due), table, fields, state, resume)
+
     def _cut(self, partition: int, window: str) -> None:
         state = self._owned[partition]
         table = state.join.close(window)
@@ -555,12 +632,7 @@ class PassBuilder:
             table = self._rows_schema.empty_table()
         matured = state.join.matured
         counts = self._counts(state.join, table, matured)
-        resume, consumed = {}, {}
-        for kind, topic in self.topics.items():
-            read_to = state.consumed_to.get(kind, state.resume.get(kind, 0))
-            lowest = state.join.lowest_needed(kind)
-            resume[topic] = read_to if lowest is None else min(lowest, read_to)
-            consumed[topic] = read_to
+        resume, consumed = self._read_points(state)
         offsets = {}
         if (rows_range := _ranges(table)) is not None:
             offsets[self.topics[IMPRESSIONS]] = rows_range
@@ -577,7 +649,8 @@ class PassBuilder:
             "consumed_to": consumed,
             "counts": counts,
         }
-        self._slices.submit(partition, window, table, fields, state, resume, matured)
+        steps = tuple(state.steps.pop(window, []))
+        self._slices.submit(partition, window, table, fields, state, resume, matured, steps)
 
     def _counts(
         self, join: PartitionJoin, table: pa.Table, matured: pa.Table | None
@@ -626,7 +699,10 @@ class PassBuilder:
             if owned:
                 self._resync(partition)
             return False
-        self._known.add(written.window)
+        if written.step is None:
+            self._known.add(written.window)
+        elif owned:
+            written.owner.steps.setdefault(written.window, []).append(written.step)
         if owned:
             written.owner.resume = {self._kind[t]: o for t, o in written.resume.items()}
             self._source.commit(partition, written.resume)
@@ -655,6 +731,7 @@ class PassBuilder:
         closed = state.join.closed_through
         candidates = set(state.join.pending) | state.join.due_windows()
         candidates |= {p for p in self._known if closed is None or p > closed}
+        candidates |= set(state.steps)  # every row stepped: nothing pending, still to cut
         windows = self._windows.to_cut(candidates, closed, watermark)
         if not windows or not self._finish_write(partition, wait=False):
             return False
@@ -788,6 +865,7 @@ class PassBuilder:
             self._settle_writes()
             for partition in sorted(self._owned):
                 self._cut_ready(partition)
+                self._step(partition)
             completed += self._assemble()
             self._take_snapshot(now)
             if until_pass and is_complete(pass_dir(self._root, until_pass)):

@@ -1,4 +1,5 @@
-"""Partition slices written off the polling thread, at most one in flight per partition.
+"""Partition slices (and steps) written off the polling thread, at most one in flight per
+partition.
 
 Parquet, checksums and fsync run in writer threads (mostly without the GIL) while the
 builder polls: one a partition, up to the machine's cores, so the slices of a window that
@@ -19,7 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from streaming.slices import SliceTaken, write_slice
+from streaming.slices import SliceTaken, write_slice, write_step
+from streamrec.passes import StepManifest
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class Written:
     owner: Any  # the partition's state that cut it: the caller checks it still owns it
     resume: dict[str, int]  # topic -> where the partition resumes once the slice is durable
     taken: SliceTaken | None = None
+    step: StepManifest | None = None  # a step of ``window``, not its slice
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class _InFlight:
     window: str
     owner: Any
     resume: dict[str, int]
+    step: bool
 
 
 class SliceWriter:
@@ -63,23 +67,50 @@ class SliceWriter:
         owner: Any,
         resume: dict[str, int],
         matured: pa.Table | None = None,
+        steps: tuple[StepManifest, ...] = (),
     ) -> None:
         """Start writing ``partition``'s slice of ``window`` (none of it may be in flight),
-        its matured rows apart."""
-        if partition in self._writing:
-            raise RuntimeError(f"partition {partition} has a slice in flight already")
-        future = self._pool.submit(
-            write_slice,
-            self._root,
-            self._schema_version,
-            window,
+        its matured rows apart, its published ``steps`` linked in."""
+        self._start(
             partition,
-            table,
-            self._parts,
-            fields,
-            matured,
+            _InFlight(
+                self._pool.submit(
+                    write_slice,
+                    *(self._root, self._schema_version, window, partition, table, self._parts),
+                    fields,
+                    matured,
+                    steps,
+                ),
+                window,
+                owner,
+                resume,
+                step=False,
+            ),
         )
-        self._writing[partition] = _InFlight(future, window, owner, resume)
+
+    def submit_step(
+        self,
+        partition: int,
+        window: str,
+        step: int,
+        table: pa.Table,
+        fields: dict[str, Any],
+        owner: Any,
+        resume: dict[str, int],
+    ) -> None:
+        """Start writing step ``step`` of ``partition``'s rows of ``window``."""
+        future = self._pool.submit(
+            write_step,
+            *(self._root, self._schema_version, window, partition, step, table, self._parts),
+            fields,
+        )
+        self._start(partition, _InFlight(future, window, owner, resume, step=True))
+
+    def _start(self, partition: int, write: _InFlight) -> None:
+        if partition in self._writing:
+            write.future.cancel()
+            raise RuntimeError(f"partition {partition} has a slice in flight already")
+        self._writing[partition] = write
 
     @property
     def busy(self) -> bool:
@@ -102,10 +133,11 @@ class SliceWriter:
         if write is None:
             return None
         try:
-            write.future.result()
+            written = write.future.result()
         except SliceTaken as taken:
             return Written(partition, write.window, write.owner, write.resume, taken)
-        return Written(partition, write.window, write.owner, write.resume)
+        step = written if write.step else None
+        return Written(partition, write.window, write.owner, write.resume, step=step)
 
     def close(self) -> None:
         """Stop the writer thread once the slices in flight are written."""

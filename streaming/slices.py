@@ -1,11 +1,13 @@
 """Write partition slices and assemble passes from them (the layout is in streamrec.passes).
 
-``write_slice`` publishes one partition's share of a window; if the slice already exists
-(another builder, or an earlier life of this one, wrote it first) it raises SliceTaken and
-the caller rebuilds that partition's state from the existing slice. ``assemble_pass``
-turns a window whose every partition has a slice (or has cut past it) into the pass
-directory, by hard links;
-any builder may call it, and a lost rename race simply returns the winner's manifest.
+``write_step`` publishes a partition's rows of the open window read so far (a step,
+``passes.step_seconds``: final, so the cluster may train it before the window ends);
+``write_slice`` publishes one partition's share of a window, its steps linked in; if the
+slice already exists (another builder, or an earlier life of this one, wrote it first) it
+raises SliceTaken and the caller rebuilds that partition's state from the existing slice.
+``assemble_pass`` turns a window whose every partition has a slice (or has cut past it)
+into the pass directory, by hard links; any builder may call it, and a lost rename race
+simply returns the winner's manifest.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ from streamrec.listing import Listing, list_folder
 from streamrec.passes import (
     PASS_MANIFEST_NAME,
     SLICE_MANIFEST_NAME,
+    STEP_MANIFEST_NAME,
     SUCCESS_NAME,
     EventCounts,
     PartInfo,
+    PartitionRange,
     PassClock,
     PassManifest,
     SliceManifest,
+    StepManifest,
     by_day,
     is_complete,
     is_partition_name,
@@ -45,10 +50,14 @@ from streamrec.passes import (
     manifest_json,
     pass_dir,
     pass_listing,
+    pass_part,
     read_manifest,
     read_slice,
+    read_step,
     slice_dir,
+    slice_step_part,
     slices_root,
+    step_dir,
 )
 
 log = logging.getLogger(__name__)
@@ -56,10 +65,11 @@ MATURED_PART = "matured-00000.parquet"
 
 
 class SliceTaken(StreamingError):
-    """The slice was already published by someone else; carries the existing manifest."""
+    """The slice (or step) was already published by someone else; carries its manifest."""
 
-    def __init__(self, existing: SliceManifest) -> None:
-        super().__init__(f"slice {existing.pass_id}/p{existing.partition} already exists")
+    def __init__(self, existing: SliceManifest | StepManifest) -> None:
+        step = f" step {existing.step}" if isinstance(existing, StepManifest) else ""
+        super().__init__(f"slice {existing.pass_id}/p{existing.partition}{step} already exists")
         self.existing = existing
 
 
@@ -84,6 +94,60 @@ def parts_per_slice(parts_per_pass: int, partitions: int) -> int:
     return max(1, math.ceil(parts_per_pass / partitions))
 
 
+def _write_parts(table: pa.Table, n_parts: int, folder: Path) -> list[PartInfo]:
+    n_parts = min(n_parts, table.num_rows)
+    parts = []
+    for i in range(n_parts):
+        a, b = i * table.num_rows // n_parts, (i + 1) * table.num_rows // n_parts
+        name = f"part-{i:05d}.parquet"
+        pq.write_table(table.slice(a, b - a), folder / name)
+        parts.append(PartInfo(file=name, rows=b - a, sha256=sha256_file(folder / name)))
+    return parts
+
+
+def _positives(table: pa.Table) -> int:
+    return int(pc.sum(table["label"]).as_py() or 0) if table.num_rows else 0
+
+
+def write_step(
+    data_root: Path,
+    schema_version: int,
+    pass_id: str,
+    partition: int,
+    step: int,
+    table: pa.Table,
+    n_parts: int,
+    fields: dict[str, Any],
+) -> StepManifest:
+    """Publish ``table`` as step ``step`` of ``partition``'s rows of ``pass_id``."""
+    final = step_dir(data_root, pass_id, partition, step)
+    if is_complete(final):
+        raise SliceTaken(read_step(final))
+    tmp = temp_dir_for(final)
+    manifest = StepManifest(
+        schema_version=schema_version,
+        pass_id=pass_id,
+        partition=partition,
+        step=step,
+        rows=table.num_rows,
+        positives=_positives(table),
+        parts=_write_parts(table, n_parts, tmp),
+        created_at=datetime.now(UTC).isoformat(),
+        **fields,
+    )
+    if not _publish(tmp, final, STEP_MANIFEST_NAME, manifest):
+        raise SliceTaken(read_step(final))
+    return manifest
+
+
+def _merged(ranges: list[PartitionRange]) -> PartitionRange:
+    return PartitionRange(
+        first=min(r.first for r in ranges),
+        last=max(r.last for r in ranges),
+        rows=sum(r.rows for r in ranges),
+    )
+
+
 def write_slice(
     data_root: Path,
     schema_version: int,
@@ -93,20 +157,29 @@ def write_slice(
     n_parts: int,
     fields: dict[str, Any],
     matured: pa.Table | None = None,
+    steps: tuple[StepManifest, ...] = (),
 ) -> SliceManifest:
     """Publish ``table`` (and the ``matured`` rows, if any) as the slice of ``partition`` for
-    ``pass_id``."""
+    ``pass_id``, with the parts, rows and counts of its published ``steps`` of the window."""
     final = slice_dir(data_root, pass_id, partition)
     if is_complete(final):
         raise SliceTaken(read_slice(final))
     tmp = temp_dir_for(final)
-    n_parts = min(n_parts, table.num_rows)
     parts = []
-    for i in range(n_parts):
-        a, b = i * table.num_rows // n_parts, (i + 1) * table.num_rows // n_parts
-        name = f"part-{i:05d}.parquet"
-        pq.write_table(table.slice(a, b - a), tmp / name)
-        parts.append(PartInfo(file=name, rows=b - a, sha256=sha256_file(tmp / name)))
+    for step in steps:
+        folder = step_dir(data_root, pass_id, partition, step.step)
+        for part in step.parts:
+            name = slice_step_part(step.step, part.file)
+            _link(folder / part.file, tmp / name)
+            parts.append(part.model_copy(update={"file": name}))
+    parts += _write_parts(table, n_parts, tmp)
+    if steps:
+        offsets = dict(fields["offsets"])
+        for topic in {t for s in steps for t in s.offsets} | set(offsets):
+            ranges = [s.offsets[topic] for s in steps if topic in s.offsets]
+            offsets[topic] = _merged([*ranges, *([offsets[topic]] if topic in offsets else [])])
+        counts = sum((s.counts for s in steps), fields["counts"])
+        fields = {**fields, "offsets": offsets, "counts": counts}
     matured_parts = []
     if matured is not None and matured.num_rows:
         pq.write_table(matured, tmp / MATURED_PART)
@@ -118,10 +191,11 @@ def write_slice(
         schema_version=schema_version,
         pass_id=pass_id,
         partition=partition,
-        rows=table.num_rows,
-        positives=int(pc.sum(table["label"]).as_py() or 0) if table.num_rows else 0,
+        rows=table.num_rows + sum(s.rows for s in steps),
+        positives=_positives(table) + sum(s.positives for s in steps),
         parts=parts,
         matured_parts=matured_parts,
+        steps=[s.step for s in steps],
         created_at=datetime.now(UTC).isoformat(),
         **fields,
     )
@@ -157,13 +231,16 @@ def slice_pass_ids(data_root: Path) -> set[str]:
 
 def slice_listing(data_root: Path) -> Listing:
     """Every partition's slice folder (names ``<pass_id>/p<N>``), and the writers'
-    temporaries in the day folders and in each window's folder."""
+    temporaries in the day folders, in each window's folder and among its steps."""
     root = slices_root(data_root)
     windows = by_day(root, is_pass_id)
     inside = []
     for window in windows.names:
         listing = list_folder(root / day_of(window) / window, is_partition_name)
         inside.append(Listing(tuple(f"{window}/{p}" for p in listing.names), listing.leftovers))
+        steps = root / day_of(window) / window / "steps"
+        for partition in list_folder(steps, is_partition_name).names:
+            inside.append(Listing((), list_folder(steps / partition, str.isdigit).leftovers))
     return Listing.joined([Listing((), windows.leftovers), *inside])
 
 
@@ -222,11 +299,11 @@ def assemble_pass(
     parts, matured = [], []
     for s, d in zip(slices, dirs, strict=True):
         for part in s.parts:
-            name = f"p{s.partition}-{part.file}"
+            name = pass_part(s.partition, part.file)
             _link(d / part.file, tmp / name)
             parts.append(part.model_copy(update={"file": name}))
         for part in s.matured_parts:
-            name = f"p{s.partition}-{part.file}"
+            name = pass_part(s.partition, part.file)
             _link(d / part.file, tmp / name)
             matured.append(part.model_copy(update={"file": name}))
     start, end = clock.window(pass_id)

@@ -2,6 +2,7 @@
 
     <data_root>/passes/<day>/<pass_id>/            the pass builder's passes
     <data_root>/slices/<day>/<pass_id>/p<N>/       its per-partition slices
+    <data_root>/slices/<day>/<pass_id>/steps/p<N>/<K>/  a partition's steps of the open pass
     <data_root>/slices/_latest/p<N>.json           the newest slice of a partition (a hint)
     <data_root>/slices/_held/<topic>/p<N>.json     a partition an open transaction holds
     <checkpoint_root>/<save>/                      the cluster's saves
@@ -68,6 +69,16 @@ class DataLayout:
 
     def slice_dir(self, pass_id: str, partition: int) -> Path:
         return self.slices_of(pass_id) / f"p{partition}"
+
+    def steps_of(self, pass_id: str) -> Path:
+        """Every partition's steps of ``pass_id`` (``passes.step_seconds``)."""
+        return self.slices_of(pass_id) / "steps"
+
+    def steps_dir(self, pass_id: str, partition: int) -> Path:
+        return self.steps_of(pass_id) / f"p{partition}"
+
+    def step_dir(self, pass_id: str, partition: int, step: int) -> Path:
+        return self.steps_dir(pass_id, partition) / f"{step:03d}"
 
     @property
     def latest_slices(self) -> Path:

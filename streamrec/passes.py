@@ -13,7 +13,13 @@ Grammar::
 
     slice dir = <data_root>/slices/<YYYYMMDD>/<pass_id>/p<partition>/
                   part-00000.parquet ...  the rows of one partition of the window
+                  s<K>-part-00000.parquet  its steps' parts, linked in (passes.step_seconds)
                   _slice.json             SliceManifest: offsets and resume point of that partition
+                  _SUCCESS
+    step dir  = <data_root>/slices/<YYYYMMDD>/<pass_id>/steps/p<partition>/<KKK>/
+                  part-00000.parquet ...  the partition's rows of the open window read up to
+                                          step K's cut and not in an earlier step
+                  _step.json              StepManifest: offsets, resume point, counts
                   _SUCCESS
     latest    = <data_root>/slices/_latest/p<partition>.json   {"pass_id": newest slice}
     held      = <data_root>/slices/_held/<topic>/p<partition>.json   PartitionHold, while an
@@ -47,6 +53,7 @@ MANIFEST_VERSION = 1
 PASS_MANIFEST_NAME = "_manifest.json"
 SUCCESS_NAME = "_SUCCESS"
 SLICE_MANIFEST_NAME = "_slice.json"
+STEP_MANIFEST_NAME = "_step.json"
 _ID_FORMATS = {12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}  # by length: minutes, seconds
 DAY_SECONDS = 86_400
 _PASS_KEYED = re.compile(r"(?P<pass_id>\d{12}(?:\d{2})?)-[A-Za-z0-9_]+")
@@ -166,6 +173,42 @@ def slice_dir(data_root: Path, pass_id: str, partition: int) -> Path:
     """Directory of partition ``partition``'s slice of ``pass_id``."""
     parse_pass_id(pass_id)
     return DataLayout(Path(data_root)).slice_dir(pass_id, partition)
+
+
+def step_dir(data_root: Path, pass_id: str, partition: int, step: int) -> Path:
+    """Directory of step ``step`` of partition ``partition``'s rows of ``pass_id``."""
+    parse_pass_id(pass_id)
+    return DataLayout(Path(data_root)).step_dir(pass_id, partition, step)
+
+
+def published_steps(data_root: Path, pass_id: str, partition: int) -> list[int]:
+    """The steps of ``partition``'s rows of ``pass_id`` published so far, in order."""
+    folder = DataLayout(Path(data_root)).steps_dir(pass_id, partition)
+    names = list_folder(folder, str.isdigit).names
+    return sorted(int(n) for n in names if is_complete(folder / n))
+
+
+def published_step_names(data_root: Path, pass_id: str) -> list[str]:
+    """Every partition's published steps of ``pass_id`` as ``"<partition>/<step>"``, the
+    earlier steps first."""
+    folder = DataLayout(Path(data_root)).steps_of(pass_id)
+    found = [
+        (step, int(name[1:]))
+        for name in list_folder(folder, is_partition_name).names
+        for step in published_steps(data_root, pass_id, int(name[1:]))
+    ]
+    return [f"{partition}/{step}" for step, partition in sorted(found)]
+
+
+def slice_step_part(step: int, file: str) -> str:
+    """The name a step's part takes in its partition's slice (and, prefixed by the
+    partition, in the pass: ``pass_part``)."""
+    return f"s{step:03d}-{file}"
+
+
+def pass_part(partition: int, file: str) -> str:
+    """The name a slice's part takes in the pass."""
+    return f"p{partition}-{file}"
 
 
 def latest_slice_index(data_root: Path, partition: int) -> Path:
@@ -310,6 +353,37 @@ class SliceManifest(BaseModel):
         description="topic -> next offset not yet read when the slice was cut."
     )
     counts: EventCounts
+    steps: list[int] = Field(
+        default_factory=list,
+        description="The partition's steps of the window (passes.step_seconds) whose parts "
+        "this slice holds, linked in under their step's name; its rows and counts include them.",
+    )
+    created_at: str
+
+
+class StepManifest(BaseModel):
+    """Rows of one partition for the open pass, read up to a step's cut (final once
+    published), and where that partition resumes after them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    manifest_version: int = MANIFEST_VERSION
+    schema_version: int
+    pass_id: str
+    partition: int
+    step: int
+    rows: int
+    positives: int
+    parts: list[PartInfo]
+    offsets: dict[str, PartitionRange] = Field(description="topic -> offsets of its rows.")
+    resume_offsets: dict[str, int] = Field(
+        description="topic -> offset to consume from after this step."
+    )
+    consumed_to: dict[str, int] = Field(
+        description="topic -> next offset not yet read when the step was cut: every row of "
+        "the pass below it is in this step or an earlier one."
+    )
+    counts: EventCounts = Field(description="What was counted since the previous cut.")
     created_at: str
 
 
@@ -382,6 +456,11 @@ def _read(directory: Path, name: str, model: type[M], what: str) -> M:
 def read_manifest(directory: Path) -> PassManifest:
     """The manifest of a complete pass directory."""
     return _read(directory, PASS_MANIFEST_NAME, PassManifest, "pass")
+
+
+def read_step(directory: Path) -> StepManifest:
+    """The manifest of a complete step directory."""
+    return _read(directory, STEP_MANIFEST_NAME, StepManifest, "step")
 
 
 def read_slice(directory: Path) -> SliceManifest:

@@ -33,6 +33,7 @@ from streamrec.contracts.training import (
     MaintainReply,
     Repeat,
     ScoreReply,
+    StepsReply,
     TrainResult,
 )
 from streamrec.errors import ContractError
@@ -43,9 +44,11 @@ from trainers.errors import ClusterUnavailable, CommandFailed, CommandTimeout
 
 log = logging.getLogger(__name__)
 
-CommandKind = Literal["train", "maintain", "export", "score", "stop"]
+CommandKind = Literal["train", "train_steps", "maintain", "export", "score", "stop"]
 RESTARTABLE: tuple[CommandKind, ...] = ("train", "maintain")  # undone past a restored save
-UNMARKED: tuple[CommandKind, ...] = ("score", "stop")  # run every time: no done marker
+# run every time: no done marker (a step's training lives in the workers' memory until its
+# pass is saved: a restarted cluster has none of it)
+UNMARKED: tuple[CommandKind, ...] = ("train_steps", "score", "stop")
 WORKER = "worker"
 # a waiting client looks for the command's result every DONE_POLL_S (a small pass's train
 # and export commands take 0.1-1 s; at 50 ms each wait added 25 ms on average to a pass's
@@ -73,10 +76,13 @@ class Command:
     kind: CommandKind
     pass_id: str
     stream_id: str = ""
+    steps: tuple[str, ...] = ()  # train_steps: "<partition>/<step>" of the pass
 
     @classmethod
     def from_fields(cls, stream_id: str, fields: dict[str, str]) -> Command:
-        return cls(fields["id"], fields["kind"], fields.get("pass_id", ""), stream_id)  # type: ignore[arg-type]
+        steps = tuple(s for s in fields.get("steps", "").split(",") if s)
+        kind: Any = fields["kind"]
+        return cls(fields["id"], kind, fields.get("pass_id", ""), stream_id, steps)
 
 
 class ClusterClient:
@@ -99,7 +105,7 @@ class ClusterClient:
             cfg.cluster.heartbeat_seconds,
         )
 
-    def submit(self, kind: CommandKind, pass_id: str = "") -> str:
+    def submit(self, kind: CommandKind, pass_id: str = "", steps: tuple[str, ...] = ()) -> str:
         """Append a command; return its id."""
         command_id = uuid.uuid4().hex[:12]
         pipe = self._r.pipeline(transaction=True)
@@ -107,7 +113,10 @@ class ClusterClient:
             self._keys.command(command_id),
             mapping={"kind": kind, "pass_id": pass_id, "status": "queued"},
         )
-        pipe.xadd(self._keys.commands, {"id": command_id, "kind": kind, "pass_id": pass_id})
+        fields = {"id": command_id, "kind": kind, "pass_id": pass_id}
+        if steps:
+            fields["steps"] = ",".join(steps)
+        pipe.xadd(self._keys.commands, fields)
         pipe.execute()
         return command_id
 
@@ -177,6 +186,14 @@ class ClusterClient:
         """Progressive validation then training on ``pass_id``; what it measured and saved
         (ContractError when the reply breaks ``TrainResult``)."""
         return TrainResult.from_wire(self.run("train", pass_id), f"train {pass_id}")
+
+    def train_steps(self, pass_id: str, steps: tuple[str, ...]) -> StepsReply:
+        """Score then train the published ``steps`` of the open pass ``pass_id`` (each
+        ``"<partition>/<step>"``) that the workers have not trained yet; nothing is saved."""
+        command_id = self.submit("train_steps", pass_id, steps)
+        self.wait(command_id)
+        results = worker_results(self._r.hgetall(self._keys.command(command_id)))
+        return StepsReply.from_wire(results[min(results)], f"train_steps {pass_id}")
 
     def maintain(self, pass_id: str) -> MaintainReply:
         """The daily shrink and mode-3 save after ``pass_id``, the last pass of its day."""

@@ -86,6 +86,28 @@ class PipelineConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _steps_hold_final_rows(self) -> PipelineConfig:
+        if self.passes.step_seconds is None:
+            return self
+        if self.topic_labels:
+            raise ValueError(
+                "passes.step_seconds writes rows as they are read, which a label joined "
+                "from its own topic is not yet: carry the labels in the impressions "
+                "(join.mode: label_in_impression) or set passes.step_seconds: null"
+            )
+        if self.passes.join_memory_mib is not None:
+            raise ValueError(
+                "passes.step_seconds holds at most a step of rows: set "
+                "passes.join_memory_mib: null (no spill store)"
+            )
+        if not self.cluster.follow_passes:
+            raise ValueError(
+                "passes.step_seconds: steps are trained by the cluster's pass follower: set "
+                "cluster.follow_passes: true, or passes.step_seconds: null"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _gated_tasks_are_labels(self) -> PipelineConfig:
         names = {label.name for label in self.feature_schema.labels}
         for task in self.gate.tasks:

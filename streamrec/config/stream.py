@@ -63,6 +63,27 @@ class PassConfig(_Strict):
         "waiting row in memory.",
     )
 
+    step_seconds: int | None = Field(
+        None,
+        ge=1,
+        description="Publish each partition's rows of the open pass every this many seconds "
+        "of event time (a step, final once written), so the cluster trains a pass while its "
+        "window fills and only the last step is left at its end (cluster.follow_passes; "
+        "labels carried in the impressions; join_memory_mib: null). Must divide "
+        "pass_seconds. null: a pass is written once, at its end.",
+    )
+
+    @model_validator(mode="after")
+    def _steps_divide_the_pass(self) -> PassConfig:
+        step = self.step_seconds
+        if step is not None and (step >= self.pass_seconds or self.pass_seconds % step):
+            raise ValueError(
+                f"passes.step_seconds {step} must divide passes.pass_seconds "
+                f"({self.pass_seconds}) into two or more steps, e.g. "
+                f"{self.pass_seconds // 4 or 1}; or null"
+            )
+        return self
+
     @field_validator("pass_seconds")
     @classmethod
     def _divides_a_day(cls, v: int) -> int:
@@ -77,6 +98,11 @@ class PassConfig(_Strict):
     def clock(self) -> PassClock:
         """The pass windows these settings cut."""
         return PassClock(self.pass_seconds)
+
+    @property
+    def steps_per_pass(self) -> int:
+        """Steps a pass window is cut into (1: no steps)."""
+        return self.pass_seconds // self.step_seconds if self.step_seconds else 1
 
 
 class InterestConfig(_Strict):

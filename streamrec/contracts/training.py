@@ -150,6 +150,9 @@ class TrainResult(Repeat):
     trained_at: float
     # the save that made the pass durable; absent in a reply for a pass trained before
     checkpoint: SaveSummary | None = None
+    # rows trained by the pass's steps before it was complete (passes.step_seconds); the
+    # rest, ``rows`` less these, by the pass's own command
+    rows_in_steps: int = 0
 
 
 class MaintainReply(Repeat):
@@ -162,6 +165,16 @@ class MaintainReply(Repeat):
     day: str | None = None
     keys_before: int | None = None
     checkpoint: SaveSummary | None = None
+    seconds: dict[str, float] = Field(default_factory=dict)
+
+
+class StepsReply(Contract):
+    """The steps of an open pass one ``train_steps`` command trained (``passes.step_seconds``):
+    scored, then trained, not saved; the pass's ``train`` command trains the rest of it."""
+
+    pass_id: str
+    steps: list[str]  # "<partition>/<step>" trained now (those trained before are skipped)
+    rows: int
     seconds: dict[str, float] = Field(default_factory=dict)
 
 

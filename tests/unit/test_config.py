@@ -424,3 +424,24 @@ def test_the_online_alarm_needs_passes_cut_from_the_served_log(shipped_config) -
         derived(served, "an alarm on no label", online={"task": "purchase"})
     with pytest.raises(ConfigError, match=r"holdout_share"):
         derived(served, "everything held out", serving={"holdout_share": 1.0})
+
+
+def test_steps_divide_the_pass_and_need_rows_final_when_read(shipped_config) -> None:
+    ok = {"join_memory_mib": None}
+    cfg = derived(
+        shipped_config,
+        "steps",
+        join={"mode": "label_in_impression"},
+        cluster={"follow_passes": True},
+        passes={**ok, "pass_seconds": 60, "step_seconds": 15},
+    )
+    assert cfg.passes.step_seconds == 15
+    for passes, sections, match in [
+        ({"step_seconds": 25}, {}, r"step_seconds 25 must divide passes\.pass_seconds \(60\)"),
+        ({"step_seconds": 60}, {}, r"into two or more steps"),
+        ({"step_seconds": 15}, {"join": {"mode": "click_join"}}, r"carry the labels"),
+        ({"step_seconds": 15, "join_memory_mib": 64}, {}, r"join_memory_mib: null"),
+        ({"step_seconds": 15}, {"cluster": {"follow_passes": False}}, r"follow_passes: true"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            derived(cfg, "bad steps", passes={**ok, "pass_seconds": 60, **passes}, **sections)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+
 from streaming.emit_plan import JoinedLabel
 from streaming.join import PartitionJoin
 from streamrec.passes import PassClock
@@ -83,6 +85,31 @@ def test_label_in_impression_mode_keeps_labels() -> None:
     j = PartitionJoin(labels=[], closed_through=None, replay_to={}, clock=TEN_MINUTES)
     j.add_impression(W1, {**_imp("a", T1, 0), "label": 1})
     assert j.close(W1).column("label").to_pylist() == [1]
+
+
+def test_a_step_takes_the_rows_held_and_a_replay_below_it_is_skipped() -> None:
+    j = PartitionJoin(labels=[], closed_through=None, replay_to={}, clock=TEN_MINUTES)
+    j.add_impression(W1, _imp("a", T1, 0))
+    j.add_impression(W2, _imp("next", T1 + 600_000, 1))  # the next window's, held
+    j.add_impression(W1, _imp("b", T1 + 10, 2))
+    assert j.take_step(W1).column("event_id").to_pylist() == ["a", "b"]
+    assert j.take_step(W1) is None
+    assert j.lowest_needed("impressions") == 1  # a resume after the step re-reads from 1
+    j.add_impression(W1, _imp("a", T1, 5))  # the same impression again: still one
+    j.add_impression(W1, _imp("c", T1 + 20, 6))
+    assert j.close(W1).column("event_id").to_pylist() == ["c"]
+    # a restart after the step: its window's rows below the step's read point (3) are in
+    # the step; the next window's are not
+    j = PartitionJoin(
+        labels=[], closed_through=None, replay_to={"impressions": 3}, clock=TEN_MINUTES
+    )
+    j.step_consumed = {W1: 3}
+    for window, row in [(W2, _imp("next", T1 + 600_000, 1)), (W1, _imp("b", T1 + 10, 2))]:
+        j.add_impression(window, row)
+    j.add_impressions([W1, W1], pa.Table.from_pylist([_imp("c", T1 + 20, 6), _imp("d", T1, 7)]))
+    assert j.close(W1).column("event_id").to_pylist() == ["c", "d"]
+    assert j.close(W2).column("event_id").to_pylist() == ["next"]
+    assert j.step_consumed == {}
 
 
 CONV_WINDOW = 3_600_000

@@ -45,6 +45,8 @@ def _execute(ctx: WorkerContext, command: Command) -> dict[str, Any]:
         "export": exports.export,
         "score": pass_steps.score,
     }
+    if command.kind == "train_steps":
+        return pass_steps.train_steps(ctx, command.pass_id, command.steps).to_wire()
     step = steps.get(command.kind)
     return step(ctx, command.pass_id, command.id).to_wire() if step else {}
 

@@ -50,6 +50,14 @@ class IterateAverage:
                 total.fill(0.0)
             self.batches, self.training = 0, True
 
+    def hold(self) -> None:
+        """Stop summing while a read only scores (its program runs the op too)."""
+        self.training = False
+
+    def resume(self) -> None:
+        """Sum on: a later training read of a pass trained in steps."""
+        self.training = True
+
     def after_batch(self) -> None:
         """The py_func: add the scope's dense parameters (scoring runs the op too: skip)."""
         if not self.training:

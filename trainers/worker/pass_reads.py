@@ -151,6 +151,7 @@ def run_read(
     threads: int,
     keep: KeepScores | None = None,
     on_final: frozenset[str] = frozenset(),
+    fresh_average: bool = True,
 ) -> TaskStats:
     """Score (``phase`` "test") or train on this worker's part of the pass, then each
     task's global buckets and sums (``metrics_from_stats`` makes them metrics). With one
@@ -158,7 +159,9 @@ def run_read(
     dumped predictions and labels (the threads race on the accumulators, see
     ``instance_dump``). A score runs the forward-only program (``WorkerContext.scoring``).
     With fresh labels each task is measured on the rows that train it, or (``on_final``)
-    on the matured rows; ``keep`` is handed each scored row's index, scores and kinds."""
+    on the matured rows; ``keep`` is handed each scored row's index, scores and kinds.
+    ``fresh_average`` False: a later read of a pass trained in steps, whose iterates add to
+    the earlier reads' (``dense_average``)."""
     import paddle
 
     program = paddle.static.default_main_program() if phase == "train" else ctx.scoring
@@ -177,8 +180,13 @@ def run_read(
     rounds = ctx.sync if phase == "train" else None
     if rounds is not None:
         rounds.begin()
-    if ctx.average is not None and phase == "train" and ctx.chain:
-        ctx.average.begin()  # a fresh model keeps its last iterate: nothing to sum
+    if ctx.average is not None and ctx.chain:  # a fresh model keeps its last iterate
+        if phase != "train":
+            ctx.average.hold()
+        elif fresh_average:
+            ctx.average.begin()
+        else:
+            ctx.average.resume()
     if phase == "train":
         dense_tables.training_ran()
     else:  # the scoring program's device worker reads the dense parameters from the scope

@@ -1,7 +1,10 @@
 """What a worker does for each command, on a typed context (``trainers.worker.worker_context``).
 
+    train_steps the published steps of the open pass (``passes.step_seconds``) not trained
+                yet: scored, then trained, as ``train`` does, kept in ``open_pass``; not saved
     train       score the pass, then train on it (progressive validation; with
-                ``progressive: in_train`` the training run's own batch-before-update scores)
+                ``progressive: in_train`` the training run's own batch-before-update scores);
+                a pass whose steps were trained: the rest of it, reported whole
                 -> global metrics; row count checked against the manifest; in sync mode
                 every batch ends in a round all workers join (``sync_mode``)
                 -> the dense mean of the pass's iterates (``dense_average``), then the
@@ -24,6 +27,7 @@ import math
 import shutil
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -32,15 +36,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from streaming.pipe_reader import pipe_command, text_command
-from streamrec.contracts.training import ScoreReply, TaskResult, TrainResult
+from streamrec.contracts.training import ScoreReply, StepsReply, TaskResult, TrainResult
 from streamrec.layout import Layout
-from streamrec.passes import PassManifest, pass_dir, read_manifest
+from streamrec.passes import (
+    PassManifest,
+    pass_dir,
+    pass_part,
+    read_manifest,
+    read_step,
+    slice_step_part,
+    step_dir,
+)
 from trainers.checkpoints import next_kind
 from trainers.metrics import metrics_from_stats
 from trainers.worker import dense_tables
 from trainers.worker.instance_dump import point_dump, read_dump_with_ids
 from trainers.worker.intercept import add_to_bias, intercept_shift
 from trainers.worker.matured import judge, pass_files, predictions_path, write_predictions
+from trainers.worker.open_pass import OpenPass, added
 from trainers.worker.pass_reads import (
     KeepScores,
     TaskStats,
@@ -68,6 +81,7 @@ def _test_then_train(
     batch: int,
     seconds: dict[str, float],
     keep: KeepScores | None = None,
+    fresh_average: bool = True,
 ) -> tuple[TaskStats | None, TaskStats]:
     """Progressive validation and training on this worker's files of the pass.
 
@@ -77,7 +91,7 @@ def _test_then_train(
     scored before its own update (no separate scores). Training reads ``batch`` rows a
     batch, scoring reads larger ones. A sample is its own read: a
     fraction of the pass, where the QueueDataset streams each read and the InMemoryDataset
-    would otherwise score every row it loaded."""
+    would otherwise score every row it loaded. ``fresh_average``: as ``run_read``'s."""
     from paddle.distributed import fleet
 
     scoring = scoring_batch_size(ctx.cfg.model.runner)
@@ -94,6 +108,7 @@ def _test_then_train(
                 "train",
                 threads,
                 None if every else keep,
+                fresh_average=fresh_average,
             )
         return test, train
     test = None
@@ -115,7 +130,14 @@ def _test_then_train(
         with ctx.stage("shuffle", seconds):
             dataset.global_shuffle(fleet)
         with ctx.stage("train", seconds):
-            train = run_read(ctx, dataset, "train", threads, None if every else keep)
+            train = run_read(
+                ctx,
+                dataset,
+                "train",
+                threads,
+                None if every else keep,
+                fresh_average=fresh_average,
+            )
     finally:
         dataset.release_memory()
     return test, train
@@ -186,9 +208,67 @@ def _expected_counts(
     return rows, rows if every <= 1 else None
 
 
+def _open_pass(ctx: WorkerContext, pass_id: str) -> OpenPass | None:
+    """The steps of ``pass_id`` this worker trained, taken (None: none); steps of another
+    pass left open are dropped, logged: that pass was never trained after them."""
+    opened, ctx.open_pass = ctx.open_pass, None
+    if opened is not None and opened.pass_id != pass_id:
+        log.error(
+            "pass %s: %d rows of its steps were trained, but the pass was not: %s comes now",
+            *(opened.pass_id, opened.rows, pass_id),
+        )
+        return None
+    return opened
+
+
+def train_steps(ctx: WorkerContext, pass_id: str, steps: tuple[str, ...]) -> StepsReply:
+    """Score then train the ``steps`` (``"<partition>/<step>"``) of the open pass
+    ``pass_id`` not trained yet, as ``train_pass`` does a pass, and keep what they measured
+    in ``ctx.open_pass`` for the pass's own command; nothing is saved."""
+    root = ctx.cfg.paths.data_root
+    if ctx.chain and pass_id <= ctx.chain[-1].pass_id:
+        return StepsReply(pass_id=pass_id, steps=[], rows=0)  # in the model and saved
+    files: list[tuple[str, str, int, str]] = []  # path, name in the pass, rows, step
+    for name in steps:
+        partition, step = (int(x) for x in name.split("/"))
+        folder = step_dir(root, pass_id, partition, step)
+        for part in read_step(folder).parts:
+            in_pass = pass_part(partition, slice_step_part(step, part.file))
+            files.append((str(folder / part.file), in_pass, part.rows, name))
+    opened = ctx.open_pass
+    if opened is None or opened.pass_id != pass_id:
+        runner, rows = ctx.cfg.model.runner, sum(f[2] for f in files)
+        # the pass's rows, guessed from the share of its window the steps cover
+        share = max(int(s.split("/")[1]) for s in steps) / ctx.cfg.passes.steps_per_pass
+        expected = max(1, math.ceil(rows / share))
+        every = progressive_every(runner.progressive, expected, runner.progressive_rows)
+        batch = training_batch_size(runner, math.ceil(expected / ctx.workers))
+        opened = _open_pass(ctx, pass_id) or OpenPass(pass_id, every, batch)
+        ctx.open_pass = opened
+    todo = [f for f in files if f[1] not in opened.trained]
+    seconds: dict[str, float] = {}
+    if todo:
+        paths = [f[0] for f in todo]
+        with as_text(ctx, paths[ctx.rank :: ctx.workers], seconds) as mine:
+            threads = reader_threads(ctx, mine)
+            first = not opened.trained
+            tested, trained = _test_then_train(
+                ctx, mine, threads, opened.every, opened.batch, seconds, fresh_average=first
+            )
+        opened.took(tested, trained, seconds)
+        opened.newest = [(f[0], f[2]) for f in todo]
+        opened.trained |= {f[1] for f in todo}
+        opened.rows += sum(f[2] for f in todo)
+    names = sorted({f[3] for f in todo})
+    return StepsReply(pass_id=pass_id, steps=names, rows=sum(f[2] for f in todo), seconds=seconds)
+
+
 def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult:
     """Progressive validation on the pass, training on it, then its checkpoint (a delta, or
-    a base every ``base_every_passes``): the pass counts as trained once the save is durable."""
+    a base every ``base_every_passes``): the pass counts as trained once the save is durable.
+    A pass whose steps this worker trained (``train_steps``) trains the rest of its rows
+    and reports the whole; the intercept is then refitted on those rows and the newest
+    step's, the freshest."""
     started_at = time.time()
     directory = pass_dir(ctx.cfg.paths.data_root, pass_id)
     manifest = read_manifest(directory)
@@ -202,20 +282,42 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
         keep = partial(write_predictions, path)
     seconds: dict[str, float] = {}
     runner = ctx.cfg.model.runner
-    every = progressive_every(runner.progressive, manifest.rows, runner.progressive_rows)
-    numbers = list(range(ctx.rank, len(files), ctx.workers))
-    with as_text(ctx, files[ctx.rank :: ctx.workers], seconds, numbers) as mine:
+    stepped = _open_pass(ctx, pass_id)
+    if stepped is None:
+        every = progressive_every(runner.progressive, manifest.rows, runner.progressive_rows)
+        batch = training_batch_size(runner, math.ceil(manifest.rows / ctx.workers))
+    else:
+        every, batch = stepped.every, stepped.batch
+        files = [f for f in files if Path(f).name not in stepped.trained]
+    part_rows = {p.file: p.rows for p in [*manifest.parts, *manifest.matured_parts]}
+    rows = sum(part_rows[Path(f).name] for f in files)
+    fresher = stepped.newest if stepped is not None and runner.intercept == "refit" else []
+    to_train, to_refit = (
+        files[ctx.rank :: ctx.workers],
+        [p for p, _ in fresher][ctx.rank :: ctx.workers],
+    )
+    numbers = [
+        *range(ctx.rank, len(files), ctx.workers),
+        *(len(files) + i for i in range(ctx.rank, len(fresher), ctx.workers)),
+    ]
+    with as_text(ctx, to_train + to_refit, seconds, numbers) as texts:
+        mine = texts[: len(to_train)]
         # changing the thread count between runs of one process aborts Paddle (a CHECK in
         # dist_multi_trainer), so every read of the pass shares ``threads``
         threads = reader_threads(ctx, mine)
-        batch = training_batch_size(runner, math.ceil(manifest.rows / ctx.workers))
-        tested, trained = _test_then_train(ctx, mine, threads, every, batch, seconds, keep)
+        tested, trained = _test_then_train(
+            ctx, mine, threads, every, batch, seconds, keep, fresh_average=stepped is None
+        )
+        if stepped is not None:
+            tested = added(stepped.tested, tested)
+            trained = added(stepped.train, trained) or trained
         averaged, refits = None, {}
         if ctx.average is not None and ctx.average.training:  # summed: not a fresh model's
             with ctx.stage("average", seconds):
                 averaged = ctx.average.apply(ctx.leader_only)
         if runner.intercept == "refit":
-            refits = _refit_intercept(ctx, mine, threads, manifest.rows, seconds)
+            refit_rows = rows + sum(r for _, r in fresher)
+            refits = _refit_intercept(ctx, texts, threads, refit_rows, seconds)
     main, *others = [*ctx.graph.tasks, *ctx.graph.conditionals]
     tests = {t: metrics_from_stats(*s) for t, s in (tested or trained).items()}
     trains = {t: metrics_from_stats(*s) for t, s in trained.items()}
@@ -251,6 +353,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
         matured=[matured] if matured is not None else [],
         started_at=started_at,  # epoch seconds: scheduling latency and freshness
         trained_at=time.time(),
+        rows_in_steps=stepped.rows if stepped is not None else 0,
     )
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
     with ctx.stage("save", seconds, blocking=True):

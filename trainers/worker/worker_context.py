@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from trainers.checkpoints import CheckpointInfo, ModelSignature
 from trainers.models import ModelGraph
 from trainers.worker.dense_average import IterateAverage
 from trainers.worker.sync_mode import RoundKeeper
+
+if TYPE_CHECKING:
+    from trainers.worker.open_pass import OpenPass
 
 T = TypeVar("T")
 
@@ -43,6 +46,7 @@ class WorkerContext:
     )
     sync: RoundKeeper | None = None  # sync mode: the per-batch rounds (``sync_mode``)
     average: IterateAverage | None = None  # dense_average: pass (``dense_average``)
+    open_pass: OpenPass | None = None  # the pass its steps are training (``open_pass``)
 
     @property
     def leader(self) -> bool:
