@@ -338,7 +338,12 @@ def ours_by_pass(cfg: PipelineConfig, passes: list[str], served: dict[str, float
                 "complete": datetime.fromisoformat(manifest.created_at).timestamp(),
                 "started": train.started_at if train else None,
                 "trained": train.trained_at if train else None,
-                "train_s": train.seconds.get("train") if train else None,
+                # the training reads of the pass's command and of its steps, if any
+                "train_s": (
+                    train.seconds.get("train", 0.0) + train.seconds_in_steps.get("train", 0.0)
+                    if train
+                    else None
+                ),
                 "auc": train.test.auc if train else None,
                 "served": served.get(pass_id),
             }

@@ -151,8 +151,9 @@ class TrainResult(Repeat):
     # the save that made the pass durable; absent in a reply for a pass trained before
     checkpoint: SaveSummary | None = None
     # rows trained by the pass's steps before it was complete (passes.step_seconds); the
-    # rest, ``rows`` less these, by the pass's own command
+    # rest, ``rows`` less these, by the pass's own command; the steps' seconds per stage
     rows_in_steps: int = 0
+    seconds_in_steps: dict[str, float] = Field(default_factory=dict)
 
 
 class MaintainReply(Repeat):

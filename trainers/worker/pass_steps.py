@@ -354,6 +354,7 @@ def train_pass(ctx: WorkerContext, pass_id: str, command_id: str) -> TrainResult
         started_at=started_at,  # epoch seconds: scheduling latency and freshness
         trained_at=time.time(),
         rows_in_steps=stepped.rows if stepped is not None else 0,
+        seconds_in_steps=stepped.seconds if stepped is not None else {},
     )
     kind = next_kind(ctx.chain, ctx.cfg.checkpoints.base_every_passes)
     with ctx.stage("save", seconds, blocking=True):
