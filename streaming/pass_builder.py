@@ -598,10 +598,12 @@ class PassBuilder:
     def _step(self, partition: int) -> None:
         """Write a step of the oldest open window of ``partition`` once the watermark is a
         step boundary further into it (``passes.step_seconds``): its rows held now, final."""
+        if self._step_ms is None:
+            return
         state = self._owned[partition]
         closed = state.join.closed_through
         window = min((w for w in state.join.pending if closed is None or w > closed), default=None)
-        if self._step_ms is None or window is None:
+        if window is None:
             return
         start = self._clock.window(window)[0]
         due = min((self.watermark_ms(partition) - start) // self._step_ms, self._steps_per_pass - 1)
