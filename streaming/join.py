@@ -212,7 +212,7 @@ class PartitionJoin:
 
     def add_impressions(self, windows: list[str], table: pa.Table) -> None:
         """Hold a batch of impression rows (pass columns); ``windows[i]`` is row i's."""
-        if self.step_consumed:
+        if self.step_consumed and table.num_rows:
             windows, table = self._not_stepped(windows, table)
             if not windows:
                 return

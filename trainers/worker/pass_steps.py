@@ -226,8 +226,8 @@ def train_steps(ctx: WorkerContext, pass_id: str, steps: tuple[str, ...]) -> Ste
     ``pass_id`` not trained yet, as ``train_pass`` does a pass, and keep what they measured
     in ``ctx.open_pass`` for the pass's own command; nothing is saved."""
     root = ctx.cfg.paths.data_root
-    if ctx.chain and pass_id <= ctx.chain[-1].pass_id:
-        return StepsReply(pass_id=pass_id, steps=[], rows=0)  # in the model and saved
+    if not steps or (ctx.chain and pass_id <= ctx.chain[-1].pass_id):
+        return StepsReply(pass_id=pass_id, steps=[], rows=0)  # nothing, or saved already
     files: list[tuple[str, str, int, str]] = []  # path, name in the pass, rows, step
     for name in steps:
         partition, step = (int(x) for x in name.split("/"))
