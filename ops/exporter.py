@@ -111,6 +111,12 @@ def pass_metrics(families: Families, rows: list[PassRow], main_task: str) -> Non
             trained.train_rows_per_second,
         )
         families.set(
+            "pass_rows_in_steps",
+            "Newest trained pass: rows trained in steps while its window filled "
+            "(passes.step_seconds), before the pass was complete.",
+            trained.rows_in_steps,
+        )
+        families.set(
             "checkpoint_save_seconds",
             "Newest trained pass: seconds its checkpoint took to save and become durable.",
             trained.save_seconds,
@@ -262,6 +268,7 @@ def every_family(cfg: PipelineConfig) -> Families:
         latency_seconds=0.0,
         train_seconds=1.0,
         train_rows_per_second=1.0,
+        rows_in_steps=1,
         save_seconds=1.0,
         table_keys=1,
         gate="pass",

@@ -27,6 +27,7 @@ from streamrec.atomic_fs import writer_gone
 from streamrec.config import PipelineConfig
 from streamrec.contracts.cluster import RestoreNote
 from streamrec.contracts.pass_status import PassStatus, read_status, read_statuses
+from streamrec.contracts.training import TrainResult
 from streamrec.errors import ContractError
 from streamrec.passes import (
     PartitionHold,
@@ -75,7 +76,8 @@ class PassRow:
     matured_tasks: dict[str, dict[str, float]] | None = None  # further tasks: auc, copc
     judged_in: str | None = None  # the pass whose training judged it on the final labels
     train_seconds: float | None = None
-    train_rows_per_second: float | None = None  # rows over the training read's seconds
+    train_rows_per_second: float | None = None  # rows over the training reads' seconds
+    rows_in_steps: int | None = None  # trained in steps before the pass was complete
     save_seconds: float | None = None  # the checkpoint's save, until durable
     latency_seconds: float | None = None
     save_kind: str | None = None
@@ -92,6 +94,12 @@ class PassRow:
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
+
+
+def _rows_per_second(train: TrainResult) -> float | None:
+    """Rows trained a second over the training reads: the pass command's and its steps'."""
+    seconds = train.seconds.get("train", 0.0) + train.seconds_in_steps.get("train", 0.0)
+    return train.train.count / seconds if seconds else None
 
 
 def _row(
@@ -126,9 +134,8 @@ def _row(
             "logloss": train.test.logloss,
             "copc": train.test.copc,
             "train_seconds": sum(train.seconds.values()) or None,
-            "train_rows_per_second": (
-                train.train.count / train.seconds["train"] if train.seconds.get("train") else None
-            ),
+            "train_rows_per_second": _rows_per_second(train),
+            "rows_in_steps": train.rows_in_steps,
             "save_seconds": train.seconds.get("save"),
             "save_kind": train.checkpoint.kind if train.checkpoint else None,
             "table_keys": train.checkpoint.table_keys if train.checkpoint else None,

@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 from ops.report import plots, render
 from ops.status import (
     PassRow,
+    _rows_per_second,
     flag_held,
     flag_untrained,
     format_table,
@@ -19,7 +20,9 @@ from ops.status import (
 )
 from streamrec.contracts.delivery import GateDecision
 from streamrec.contracts.pass_status import PassStatus
+from streamrec.contracts.training import TrainResult
 from streamrec.passes import PartitionHold, PassClock
+from trainers.metrics import PassMetrics
 
 
 def _row(pass_id: str, **fields) -> PassRow:
@@ -210,3 +213,28 @@ def test_each_version_s_online_auc_is_drawn_against_its_progressive_auc() -> Non
     assert set(points) == {"online AUC, click", "progressive AUC"}
     assert len(points["online AUC, click"]) == 2 and len(points["progressive AUC"]) == 2
     assert "Online AUC" in "".join(parser.texts[-1])
+
+
+def test_rows_a_second_count_the_steps_training_reads_too() -> None:
+    m = PassMetrics(300, 0.7, 0.45, 1.0, 0.3, 0.4, 0.2, 0.2, 0.01)
+    result = TrainResult(
+        pass_id="202601010000",
+        rows=300,
+        count_matches_manifest=True,
+        test=m,
+        train=m,
+        seconds={"train": 1.0},
+        workers=2,
+        reader="QueueDataset",
+        progressive="sample",
+        progressive_every=1,
+        sync_mode="async",
+        sync_rounds=None,
+        dense_average=None,
+        intercept=None,
+        started_at=0.0,
+        trained_at=1.0,
+    )
+    assert _rows_per_second(result) == 300
+    stepped = result.model_copy(update={"rows_in_steps": 200, "seconds_in_steps": {"train": 2.0}})
+    assert _rows_per_second(stepped) == 100  # 300 rows over the command's 1 s and the steps' 2
