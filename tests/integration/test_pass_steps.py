@@ -52,7 +52,7 @@ pytestmark = pytest.mark.slow
 
 FIRST = "202605010000"
 PASSES = 6
-KILLS = 4  # a killed builder's partitions wait out the group's session (6 s): then it runs
+KILLS = 3  # a killed builder's partitions wait out the group's session (6 s): then it runs
 RATE = 600  # events a second: a step of 800 events every 1.3 s, as a live stream has them
 
 
@@ -127,7 +127,7 @@ def _pass_rows(cfg: PipelineConfig) -> dict[str, tuple[str, int]]:
 
 
 def _produce(
-    cfg: PipelineConfig, batches: dict, before: Callable[[int], None] | None = None
+    cfg: PipelineConfig, batches: dict, before: Callable[[int], object] | None = None
 ) -> None:
     """Send the windows at ``RATE``; ``before(i)`` returns when window ``i`` may go."""
     producer = make_producer(cfg.kafka)
@@ -144,7 +144,14 @@ def test_sigkilled_builder_publishes_every_event_once_in_steps(make_config, tmp_
     cfg = _config(make_config)
     ensure_event_topics(cfg)
     batches = dict(synthetic_passes(cfg, FIRST, PASSES))
-    producing = threading.Thread(target=_produce, args=(cfg, batches), daemon=True)
+    # the windows after the first three wait for the kills: a builder killed and started
+    # again (6 s of the group's session each) must not let the stream end first
+    killed = threading.Event()
+    producing = threading.Thread(
+        target=_produce,
+        args=(cfg, batches, lambda i: i != 3 or killed.wait(300)),
+        daemon=True,
+    )
     producing.start()
     expected = {
         e["event_id"]: int(label)
@@ -158,16 +165,21 @@ def test_sigkilled_builder_publishes_every_event_once_in_steps(make_config, tmp_
         proc = _builder(config_path)
         if kills < KILLS:
             target, mid_write = _published(cfg) + rng.randint(1, 2), rng.random() < 0.5
-            while proc.poll() is None and not (
-                _published(cfg) >= target and (not mid_write or _writing(cfg))
-            ):
+            # with the stream held, a write to land in may not come: then kill after 10 s
+            until = time.monotonic() + 10
+            while proc.poll() is None and time.monotonic() < until:
+                if _published(cfg) >= target and (not mid_write or _writing(cfg)):
+                    break
                 time.sleep(0.002)
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 kills += 1
+            if kills == KILLS:
+                killed.set()
         assert proc.wait(timeout=300) in (0, -signal.SIGKILL), proc.stderr.read().decode()[-2000:]
     assert kills == KILLS
     producing.join(timeout=60)
+    assert not producing.is_alive()
     assert {e: label for e, (_, label) in _pass_rows(cfg).items()} == expected
     # the passes were written in steps: each slice holds its steps' parts and counts them
     root, stepped = Path(cfg.paths.data_root), []
